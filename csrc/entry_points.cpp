@@ -1,0 +1,167 @@
+// The hot module-level functions, as raw METH_FASTCALL | METH_KEYWORDS C functions.
+//
+// pybind11's dispatcher costs a few hundred nanoseconds per call (argument loaders, overload
+// resolution, casting the result), which is the whole budget of flattening a 3-leaf tuple. These
+// wrappers only parse arguments and shape results; the work is in treedef/*.cpp.
+#include "entry_points.h"
+
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+constexpr const char* kTreeIsLeaf[] = {"tree", "is_leaf"};
+constexpr const char* kTreeIsLeafPath[] = {"tree", "is_leaf", "is_leaf_takes_path"};
+constexpr const char* kMapNames[] = {"f", "tree", "is_leaf"};
+constexpr const char* kMapPathNames[] = {"f", "tree", "is_leaf", "is_leaf_takes_path"};
+constexpr const char* kUnflattenNames[] = {"treedef", "leaves"};
+
+PyObject* ListFrom(std::vector<PyObject*>& items) {
+    PyObject* list = StealIntoList(items);
+    if (list == nullptr) DecrefAll(items);
+    return list;
+}
+
+// flatten with or without paths; returns (list, treedef) or just one of them.
+enum class Want { kLeaves, kStructure, kBoth };
+
+PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
+    TreeDef def;
+    std::vector<PyObject*> leaves;
+    std::vector<PyObject*> paths;
+    const bool need_def = want != Want::kLeaves;
+    if (!Flatten(tree, is_leaf, takes_path, need_def ? &def : nullptr, &leaves,
+                 with_path ? &paths : nullptr)) {
+        DecrefAll(leaves);
+        DecrefAll(paths);
+        return nullptr;
+    }
+    if (with_path) DecrefAll(leaves);
+    std::vector<PyObject*>& out = with_path ? paths : leaves;
+    if (want == Want::kStructure) {
+        DecrefAll(out);
+        return WrapTreeDef(std::move(def));
+    }
+    PyObject* list = ListFrom(out);
+    if (list == nullptr || want == Want::kLeaves) return list;
+    PyObject* td = WrapTreeDef(std::move(def));
+    if (td == nullptr) {
+        Py_DECREF(list);
+        return nullptr;
+    }
+    PyObject* pair = PyTuple_Pack(2, list, td);
+    Py_DECREF(list);
+    Py_DECREF(td);
+    return pair;
+}
+
+PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames, Want want) {
+    PyObject* a[2];
+    if (!ParseArgs({name, kTreeIsLeaf, 2, 1}, args, nargs, kwnames, a)) return nullptr;
+    return DoFlatten(a[0], OptionalArg(a[1]), false, false, want);
+}
+
+PyObject* FlattenWithPathEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames, Want want) {
+    PyObject* a[3];
+    if (!ParseArgs({name, kTreeIsLeafPath, 3, 1}, args, nargs, kwnames, a)) return nullptr;
+    int takes_path = TruthArg(a[2]);
+    if (takes_path < 0) return nullptr;
+    return DoFlatten(a[0], OptionalArg(a[1]), takes_path != 0, true, want);
+}
+
+}  // namespace
+
+PyObject* TreeFlatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_flatten", args, nargs, kwnames, Want::kBoth);
+}
+
+PyObject* TreeLeaves(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_leaves", args, nargs, kwnames, Want::kLeaves);
+}
+
+PyObject* TreeStructure(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_structure", args, nargs, kwnames, Want::kStructure);
+}
+
+PyObject* TreeFlattenWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kwnames) {
+    return FlattenWithPathEntry("tree_flatten_with_path", args, nargs, kwnames, Want::kBoth);
+}
+
+PyObject* TreeLeavesWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames) {
+    return FlattenWithPathEntry("tree_leaves_with_path", args, nargs, kwnames, Want::kLeaves);
+}
+
+PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[2];
+    if (!ParseArgs({"tree_unflatten", kUnflattenNames, 2, 2}, args, nargs, kwnames, a)) {
+        return nullptr;
+    }
+    if (!IsTreeDef(a[0])) {
+        PyErr_Format(PyExc_TypeError, "tree_unflatten() expects a fastree PyTreeDef, got %R.",
+                     a[0]);
+        return nullptr;
+    }
+    return UnflattenIterable(DefOf(a[0]), a[1]);
+}
+
+PyObject* TreeMap(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[3];
+    PyObject* const* rest;
+    Py_ssize_t num_rest;
+    ArgSpec spec{"tree_map", kMapNames, 3, 2, /*rest_after=*/2};
+    if (!ParseArgs(spec, args, nargs, kwnames, a, &rest, &num_rest)) return nullptr;
+    return Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), false, false);
+}
+
+PyObject* TreeMapWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[4];
+    PyObject* const* rest;
+    Py_ssize_t num_rest;
+    ArgSpec spec{"tree_map_with_path", kMapPathNames, 4, 2, /*rest_after=*/2};
+    if (!ParseArgs(spec, args, nargs, kwnames, a, &rest, &num_rest)) return nullptr;
+    int takes_path = TruthArg(a[3]);
+    if (takes_path < 0) return nullptr;
+    return Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), true, takes_path != 0);
+}
+
+PyObject* AllLeaves(PyObject*, PyObject* iterable) {
+    PyObject* it = PyObject_GetIter(iterable);
+    if (it == nullptr) return nullptr;
+    while (PyObject* item = PyIter_Next(it)) {
+        const bool leaf = registry::Classify(item)->kind == NodeKind::kLeaf;
+        Py_DECREF(item);
+        if (!leaf) {
+            Py_DECREF(it);
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_TRUE;
+}
+
+PyObject* FlattenOneLevelEntry(PyObject*, PyObject* tree) { return FlattenOneLevelPy(tree, false); }
+
+PyObject* FlattenOneLevelWithKeysEntry(PyObject*, PyObject* tree) {
+    return FlattenOneLevelPy(tree, true);
+}
+
+PyObject* IsNodeType(PyObject*, PyObject* type) {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "is_tree_node() expects a type, got %R.", type);
+        return nullptr;
+    }
+    const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
+    return PyBool_FromLong(reg->kind != NodeKind::kLeaf);
+}
+
+PyObject* TreeDefTupleEntry(PyObject*, PyObject* treedefs) { return TreeDefTuple(treedefs); }
+
+PyObject* TreeDefFromState(PyObject*, PyObject* state) { return FromState(state); }
+
+}  // namespace fastree

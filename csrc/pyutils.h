@@ -1,0 +1,212 @@
+// Thin CPython helpers shared by the core. Each exists for a reason stated beside it.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+
+namespace fastree {
+
+// Owned reference with RAII release. The hot paths use raw PyObject* with explicit
+// ownership comments; this is for the cold paths (errors, repr, pickling) where clarity wins.
+class Ref {
+ public:
+    Ref() = default;
+    explicit Ref(PyObject* owned) : p_(owned) {}
+    Ref(const Ref&) = delete;
+    Ref& operator=(const Ref&) = delete;
+    Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    Ref& operator=(Ref&& o) noexcept {
+        if (this != &o) {
+            Py_XDECREF(p_);
+            p_ = o.p_;
+            o.p_ = nullptr;
+        }
+        return *this;
+    }
+    ~Ref() { Py_XDECREF(p_); }
+    PyObject* get() const { return p_; }
+    PyObject* release() {
+        PyObject* p = p_;
+        p_ = nullptr;
+        return p;
+    }
+    explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+    PyObject* p_ = nullptr;
+};
+
+// Py_EnterRecursiveCall/Py_LeaveRecursiveCall as a scope guard, so that deep or cyclic input
+// raises RecursionError (honouring sys.setrecursionlimit) instead of overflowing the C stack.
+class RecursionGuard {
+ public:
+    explicit RecursionGuard(const char* where) : ok_(Py_EnterRecursiveCall(where) == 0) {}
+    ~RecursionGuard() {
+        if (ok_) Py_LeaveRecursiveCall();
+    }
+    RecursionGuard(const RecursionGuard&) = delete;
+    RecursionGuard& operator=(const RecursionGuard&) = delete;
+    bool ok() const { return ok_; }
+
+ private:
+    bool ok_;
+};
+
+// str(obj) as a std::string for error messages; never fails (a failing __str__ must not
+// replace the error we are about to raise).
+inline std::string Str(PyObject* obj) {
+    PyObject* s = PyObject_Str(obj);
+    if (s == nullptr) {
+        PyErr_Clear();
+        return "<unprintable object>";
+    }
+    const char* utf8 = PyUnicode_AsUTF8(s);
+    std::string out = utf8 ? utf8 : "<unprintable object>";
+    if (utf8 == nullptr) PyErr_Clear();
+    Py_DECREF(s);
+    return out;
+}
+
+// repr(obj) as a std::string; same never-fails contract as Str. Returns false only when the
+// caller asked to propagate (used by PyTreeDef.__repr__, where a raising repr must surface).
+inline bool ReprInto(PyObject* obj, std::string* out) {
+    PyObject* s = PyObject_Repr(obj);
+    if (s == nullptr) return false;
+    Py_ssize_t n;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+    if (utf8 == nullptr) {
+        Py_DECREF(s);
+        return false;
+    }
+    out->append(utf8, static_cast<size_t>(n));
+    Py_DECREF(s);
+    return true;
+}
+
+inline bool StrInto(PyObject* obj, std::string* out) {
+    PyObject* s = PyObject_Str(obj);
+    if (s == nullptr) return false;
+    Py_ssize_t n;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(s, &n);
+    if (utf8 == nullptr) {
+        Py_DECREF(s);
+        return false;
+    }
+    out->append(utf8, static_cast<size_t>(n));
+    Py_DECREF(s);
+    return true;
+}
+
+// Raise `type(message)` with the currently set exception as its __cause__ (like
+// `raise type(message) from exc` in Python). JAX does this for dict-key sorting failures.
+inline void RaiseFromCurrent(PyObject* type, const char* message) {
+    // PyErr_GetRaisedException is 3.12+; Fetch/Normalize works on every supported Python.
+    PyObject *ctype, *cvalue, *ctb;
+    PyErr_Fetch(&ctype, &cvalue, &ctb);
+    PyErr_NormalizeException(&ctype, &cvalue, &ctb);
+    if (cvalue != nullptr && ctb != nullptr) PyException_SetTraceback(cvalue, ctb);
+    Py_XDECREF(ctype);
+    Py_XDECREF(ctb);
+    PyErr_SetString(type, message);
+    PyObject *etype, *evalue, *etb;
+    PyErr_Fetch(&etype, &evalue, &etb);
+    PyErr_NormalizeException(&etype, &evalue, &etb);
+    if (cvalue != nullptr) {
+        Py_INCREF(cvalue);
+        PyException_SetCause(evalue, cvalue);    // steals one reference
+        PyException_SetContext(evalue, cvalue);  // steals the other
+    }
+    PyErr_Restore(etype, evalue, etb);
+}
+
+
+// Argument parsing for the METH_FASTCALL | METH_KEYWORDS entry points. PyArg_ParseTupleAndKeywords
+// would need a tuple and dict per call; this walks the vectorcall arrays directly.
+// `names` lists every parameter; the first `required` are mandatory. `out` receives borrowed
+// references (null for absent optional parameters). `rest`, if given, receives the positional
+// arguments beyond names (a `*rest` parameter placed after the first `rest_after` names).
+struct ArgSpec {
+    const char* func;
+    const char* const* names;
+    int num_names;
+    int required;
+    int rest_after = -1;  // >= 0: positional args at [rest_after, nargs - trailing) go to *rest
+};
+
+inline bool ParseArgs(const ArgSpec& spec, PyObject* const* args, Py_ssize_t nargs,
+                      PyObject* kwnames, PyObject** out, PyObject* const** rest = nullptr,
+                      Py_ssize_t* num_rest = nullptr) {
+    for (int i = 0; i < spec.num_names; ++i) out[i] = nullptr;
+    Py_ssize_t positional = nargs;
+    if (spec.rest_after >= 0) {
+        Py_ssize_t fixed = spec.rest_after < nargs ? spec.rest_after : nargs;
+        for (Py_ssize_t i = 0; i < fixed; ++i) out[i] = args[i];
+        *rest = args + fixed;
+        *num_rest = nargs - fixed;
+        positional = fixed;
+    } else {
+        if (nargs > spec.num_names) {
+            PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)",
+                         spec.func, spec.num_names, nargs);
+            return false;
+        }
+        for (Py_ssize_t i = 0; i < nargs; ++i) out[i] = args[i];
+    }
+    if (kwnames != nullptr) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nkw; ++k) {
+            PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+            int found = -1;
+            for (int i = 0; i < spec.num_names; ++i) {
+                if (PyUnicode_CompareWithASCIIString(name, spec.names[i]) == 0) {
+                    found = i;
+                    break;
+                }
+            }
+            if (found < 0) {
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+                             spec.func, name);
+                return false;
+            }
+            if (out[found] != nullptr || found < positional) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
+                             spec.func, spec.names[found]);
+                return false;
+            }
+            out[found] = args[nargs + k];
+        }
+    }
+    for (int i = 0; i < spec.required; ++i) {
+        if (out[i] == nullptr) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", spec.func,
+                         spec.names[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+// An optional callable argument: absent and None both mean "not given".
+inline PyObject* OptionalArg(PyObject* arg) { return (arg == nullptr || arg == Py_None) ? nullptr : arg; }
+
+// A bool-ish keyword such as is_leaf_takes_path. Returns -1 on error.
+inline int TruthArg(PyObject* arg) { return arg == nullptr ? 0 : PyObject_IsTrue(arg); }
+
+// Transfer a vector of owned references into a new list (no INCREF: ownership moves).
+template <class Vec>
+inline PyObject* StealIntoList(Vec& items) {
+    PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+    if (list == nullptr) return nullptr;
+    for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), items[i]);
+    items.clear();
+    return list;
+}
+
+template <class Vec>
+inline void DecrefAll(Vec& items) {
+    for (PyObject* p : items) Py_XDECREF(p);
+    items.clear();
+}
+
+}  // namespace fastree

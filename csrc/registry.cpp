@@ -1,0 +1,268 @@
+// Node registry: registrations, JAX fallback discovery and the per-type classification memo.
+#include "registry.h"
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace fastree {
+namespace registry {
+
+const Registration kLeaf{NodeKind::kLeaf};
+const Registration kNone{NodeKind::kNone};
+const Registration kTuple{NodeKind::kTuple};
+const Registration kList{NodeKind::kList};
+const Registration kDict{NodeKind::kDict};
+const Registration kNamedTuple{NodeKind::kNamedTuple};
+
+Memo g_memo;
+PyObject* g_jax_registry = nullptr;
+
+namespace {
+
+// Everything here is only touched with the GIL held.
+struct State {
+    // Every Registration ever created, kept alive for the process (treedef nodes point here).
+    std::vector<std::unique_ptr<Registration>> all;
+    // Types registered through fastree (plus collections.OrderedDict / defaultdict).
+    std::unordered_map<PyTypeObject*, const Registration*> registered;
+    // Memo of ClassifySlow results. Holds an owned reference to each type so a freed type's
+    // address can never be reused by a new class that would inherit a stale answer.
+    std::unordered_map<PyTypeObject*, const Registration*> memo;
+    Py_ssize_t memo_jax_size = -1;
+    PyObject* jax_registry = nullptr;            // owned
+    PyObject* jax_flatten_with_keys = nullptr;   // owned
+};
+
+State& S() {
+    static State* s = new State();  // leaked on purpose: outlives module teardown order
+    return *s;
+}
+
+constexpr size_t kMaxMemo = 8192;
+
+void DropMemo() {
+    State& s = S();
+    // Move out first: DECREF may run arbitrary code (a type's finalizer) that re-enters here.
+    auto old = std::move(s.memo);
+    s.memo.clear();
+    g_memo = Memo{};
+    for (auto& entry : old) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
+}
+
+bool IsNamedTupleType(PyTypeObject* t) {
+    if (!PyType_IsSubtype(t, &PyTuple_Type)) return false;
+    PyObject* fields = PyObject_GetAttrString(reinterpret_cast<PyObject*>(t), "_fields");
+    if (fields == nullptr) {
+        PyErr_Clear();
+        return false;
+    }
+    Py_DECREF(fields);
+    return true;
+}
+
+// A type JAX knows through its Python-side registry: adopt its callbacks as a custom node.
+const Registration* AdoptFromJax(PyTypeObject* t) {
+    State& s = S();
+    if (s.jax_registry == nullptr) return nullptr;
+    PyObject* entry = PyDict_GetItemWithError(s.jax_registry, reinterpret_cast<PyObject*>(t));
+    if (entry == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    // _RegistryEntry(to_iter, from_iter) is a namedtuple.
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2) return nullptr;
+    auto reg = std::make_unique<Registration>();
+    reg->kind = NodeKind::kCustom;
+    reg->type = Py_NewRef(reinterpret_cast<PyObject*>(t));
+    reg->flatten = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+    reg->unflatten = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+    reg->from_jax = true;
+    const Registration* out = reg.get();
+    s.all.push_back(std::move(reg));
+    s.registered[t] = out;
+    return out;
+}
+
+const Registration* Resolve(PyTypeObject* t) {
+    State& s = S();
+    auto it = s.registered.find(t);
+    if (it != s.registered.end()) return it->second;
+    // Builtins are also in JAX's `_registry` (as Python lambdas); never adopt those.
+    if (t != &PyTuple_Type && t != &PyList_Type && t != &PyDict_Type && t != Py_TYPE(Py_None)) {
+        if (const Registration* r = AdoptFromJax(t)) return r;
+    }
+    if (IsNamedTupleType(t)) return &kNamedTuple;
+    return &kLeaf;
+}
+
+}  // namespace
+
+const Registration* ClassifySlow(PyTypeObject* t) {
+    State& s = S();
+    Py_ssize_t jax_size = JaxRegistrySize();
+    if (s.memo_jax_size != jax_size || s.memo.size() > kMaxMemo) {
+        DropMemo();
+        s.memo_jax_size = jax_size;
+    }
+    const Registration* reg;
+    auto it = s.memo.find(t);
+    if (it != s.memo.end()) {
+        reg = it->second;
+    } else {
+        reg = Resolve(t);
+        Py_INCREF(reinterpret_cast<PyObject*>(t));
+        s.memo.emplace(t, reg);
+    }
+    g_memo.type = t;
+    g_memo.reg = reg;
+    g_memo.jax_size = jax_size;
+    return reg;
+}
+
+static Registration* NewRegistration(PyObject* type, NodeKind kind) {
+    State& s = S();
+    auto reg = std::make_unique<Registration>();
+    reg->kind = kind;
+    reg->type = Py_NewRef(type);
+    Registration* out = reg.get();
+    s.all.push_back(std::move(reg));
+    // A type adopted from JAX earlier is superseded; the old record stays alive in `all`.
+    s.registered[reinterpret_cast<PyTypeObject*>(type)] = out;
+    DropMemo();
+    return out;
+}
+
+bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
+                    PyObject* flatten_with_keys) {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "Expected a type to register, got %R.", type);
+        return false;
+    }
+    if (flatten == Py_None) flatten = nullptr;
+    if (flatten_with_keys == Py_None) flatten_with_keys = nullptr;
+    if (flatten == nullptr && flatten_with_keys == nullptr) {
+        PyErr_SetString(PyExc_TypeError, "A flatten function is required.");
+        return false;
+    }
+    Registration* reg = NewRegistration(type, NodeKind::kCustom);
+    reg->flatten = Py_XNewRef(flatten);
+    reg->unflatten = Py_NewRef(unflatten);
+    reg->flatten_with_keys = Py_XNewRef(flatten_with_keys);
+    return true;
+}
+
+bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields) {
+    if (!PyType_Check(type) || !PyTuple_Check(data_fields) || !PyTuple_Check(meta_fields)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "register_dataclass_node expects (type, tuple[str], tuple[str]).");
+        return false;
+    }
+    Registration* reg = NewRegistration(type, NodeKind::kDataclass);
+    reg->data_fields = Py_NewRef(data_fields);
+    reg->meta_fields = Py_NewRef(meta_fields);
+    return true;
+}
+
+bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_with_keys) {
+    if (!PyDict_Check(jax_registry_dict)) {
+        PyErr_SetString(PyExc_TypeError, "JAX's registry must be a dict.");
+        return false;
+    }
+    State& s = S();
+    Py_XSETREF(s.jax_registry, Py_NewRef(jax_registry_dict));
+    Py_XSETREF(s.jax_flatten_with_keys, Py_NewRef(jax_flatten_one_level_with_keys));
+    g_jax_registry = s.jax_registry;
+    // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
+    PyObject* collections = PyImport_ImportModule("collections");
+    if (collections == nullptr) return false;
+    PyObject* od = PyObject_GetAttrString(collections, "OrderedDict");
+    PyObject* dd = PyObject_GetAttrString(collections, "defaultdict");
+    Py_DECREF(collections);
+    if (od == nullptr || dd == nullptr) {
+        Py_XDECREF(od);
+        Py_XDECREF(dd);
+        return false;
+    }
+    NewRegistration(od, NodeKind::kOrderedDict);
+    NewRegistration(dd, NodeKind::kDefaultDict);
+    Py_DECREF(od);
+    Py_DECREF(dd);
+    DropMemo();
+    return true;
+}
+
+PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys; }
+
+// ---- The registry object: makes the registry's references visible to the cycle collector.
+
+namespace {
+
+struct RegistryObject {
+    PyObject_HEAD
+};
+
+int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    State& s = S();
+    for (const auto& reg : s.all) {
+        Py_VISIT(reg->type);
+        Py_VISIT(reg->flatten);
+        Py_VISIT(reg->unflatten);
+        Py_VISIT(reg->flatten_with_keys);
+        Py_VISIT(reg->data_fields);
+        Py_VISIT(reg->meta_fields);
+    }
+    Py_VISIT(s.jax_registry);
+    Py_VISIT(s.jax_flatten_with_keys);
+    return 0;
+}
+
+// Registrations are permanent (as in JAX), so there is nothing the collector may break here.
+int RegistryClear(PyObject*) { return 0; }
+
+void RegistryDealloc(PyObject* self) {
+    PyTypeObject* tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+PyObject* RegistryLen(PyObject*, PyObject*) {
+    return PyLong_FromSize_t(S().registered.size());
+}
+
+PyMethodDef kRegistryMethods[] = {
+    {"num_registered", RegistryLen, METH_NOARGS, "Number of types with a node registration."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot kRegistrySlots[] = {
+    {Py_tp_traverse, reinterpret_cast<void*>(RegistryTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(RegistryClear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(RegistryDealloc)},
+    {Py_tp_methods, kRegistryMethods},
+    {Py_tp_doc, const_cast<char*>("fastree's node registry (owns every registration).")},
+    {0, nullptr},
+};
+
+PyType_Spec kRegistrySpec = {
+    "fastree._core.Registry",
+    sizeof(RegistryObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    kRegistrySlots,
+};
+
+}  // namespace
+
+PyObject* NewRegistryObject() {
+    PyObject* type = PyType_FromSpec(&kRegistrySpec);
+    if (type == nullptr) return nullptr;
+    PyObject* obj = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
+    Py_DECREF(type);
+    return obj;
+}
+
+}  // namespace registry
+}  // namespace fastree

@@ -1,0 +1,108 @@
+// The node registry: which Python types are pytree nodes, and how to take them apart.
+//
+// Lookup order for a type (first match wins), mirroring JAX's default registry:
+//   1. exact tuple / list / dict / NoneType         (checked inline in Classify)
+//   2. types registered through fastree             (by exact type, as JAX does)
+//   3. types registered only with JAX               (JAX's Python-side `_registry` dict), so
+//      flax/equinox/optax types work whether they were registered before or after import
+//   4. namedtuple classes (tuple subclasses with `_fields`)
+//   5. everything else is a leaf
+// Results are memoised per type; the memo is dropped whenever a registration is added here or
+// JAX's registry grows, so a type registered late stops being a leaf.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+namespace fastree {
+
+enum class NodeKind : uint8_t {
+    kLeaf,
+    kNone,
+    kTuple,
+    kList,
+    kDict,         // exact dict; children in sorted-key order
+    kNamedTuple,   // any namedtuple class not registered otherwise
+    kOrderedDict,  // collections.OrderedDict, insertion order (a "custom" node to JAX)
+    kDefaultDict,  // collections.defaultdict, sorted keys (a "custom" node to JAX)
+    kCustom,       // flatten/unflatten callbacks (fastree- or JAX-registered)
+    kDataclass,    // register_dataclass: fields read in C++, no Python callback per node
+};
+
+// How one node type is taken apart and rebuilt. Registrations are never freed (JAX's are not
+// either): treedef nodes point at them with a plain pointer for the lifetime of the process.
+// All PyObject* fields are owned references, visible to the GC through the registry object.
+struct Registration {
+    NodeKind kind = NodeKind::kLeaf;
+    PyObject* type = nullptr;               // the registered class; null for built-in kinds
+    PyObject* flatten = nullptr;            // kCustom: obj -> (children, aux); may be null if
+                                            //   flatten_with_keys is set
+    PyObject* unflatten = nullptr;          // kCustom: (aux, children_tuple) -> obj
+    PyObject* flatten_with_keys = nullptr;  // kCustom: obj -> (((key, child), ...), aux) or null
+    PyObject* data_fields = nullptr;        // kDataclass: tuple[str] of child attributes
+    PyObject* meta_fields = nullptr;        // kDataclass: tuple[str] of static attributes
+    bool from_jax = false;                  // discovered in JAX's registry, not registered here
+};
+
+namespace registry {
+
+// Shared registrations for the kinds handled natively.
+extern const Registration kLeaf;
+extern const Registration kNone;
+extern const Registration kTuple;
+extern const Registration kList;
+extern const Registration kDict;
+extern const Registration kNamedTuple;
+
+// One-entry memo in front of the per-type table: trees are runs of the same leaf type.
+struct Memo {
+    PyTypeObject* type = nullptr;
+    const Registration* reg = nullptr;
+    Py_ssize_t jax_size = -1;  // size of JAX's registry when memoised
+};
+extern Memo g_memo;
+extern PyObject* g_jax_registry;  // borrowed from the bridge's owned copy: JAX's `_registry` dict
+
+inline Py_ssize_t JaxRegistrySize() {
+    return g_jax_registry ? PyDict_GET_SIZE(g_jax_registry) : 0;
+}
+
+const Registration* ClassifySlow(PyTypeObject* type);
+
+// The registration that applies to `obj`. Never fails, never returns null.
+inline const Registration* Classify(PyObject* obj) {
+    PyTypeObject* t = Py_TYPE(obj);
+    if (t == &PyTuple_Type) return &kTuple;
+    if (t == &PyList_Type) return &kList;
+    if (t == &PyDict_Type) return &kDict;
+    if (obj == Py_None) return &kNone;
+    if (t == g_memo.type && g_memo.jax_size == JaxRegistrySize()) return g_memo.reg;
+    return ClassifySlow(t);
+}
+
+inline const Registration* ClassifyType(PyTypeObject* t) {
+    if (t == &PyTuple_Type) return &kTuple;
+    if (t == &PyList_Type) return &kList;
+    if (t == &PyDict_Type) return &kDict;
+    if (t == Py_TYPE(Py_None)) return &kNone;
+    return ClassifySlow(t);
+}
+
+// Registration entry points (called from the Python layer after JAX accepted the same
+// registration, so duplicate errors come from JAX with JAX's text). Return false with a
+// Python error set on failure.
+bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
+                    PyObject* flatten_with_keys);
+bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields);
+
+// Installs JAX's registry dict and its flatten_one_level_with_keys (used for key paths of
+// JAX-only types). Owned references are kept by the registry object.
+bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_with_keys);
+PyObject* JaxFlattenWithKeys();  // borrowed; may be null
+
+// Module-level object whose tp_traverse exposes every reference the registry owns to the GC.
+PyObject* NewRegistryObject();
+
+}  // namespace registry
+}  // namespace fastree

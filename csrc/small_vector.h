@@ -1,0 +1,51 @@
+// A vector with inline storage for the first N elements: the per-dict scratch buffer in flatten
+// would otherwise allocate on every dict node, and almost every dict has few keys.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace fastree {
+
+template <class T, size_t N>
+class SmallVector {
+ public:
+    SmallVector() = default;
+    SmallVector(const SmallVector&) = delete;
+    SmallVector& operator=(const SmallVector&) = delete;
+    SmallVector& operator=(SmallVector&& o) noexcept {
+        size_ = o.size_;
+        heap_ = std::move(o.heap_);
+        for (size_t i = 0; i < N && i < size_; ++i) inline_[i] = o.inline_[i];
+        o.size_ = 0;
+        o.heap_.clear();
+        return *this;
+    }
+
+    void push_back(const T& v) {
+        if (size_ < N) {
+            inline_[size_] = v;
+        } else {
+            if (size_ == N) heap_.assign(inline_, inline_ + N);
+            heap_.push_back(v);
+        }
+        ++size_;
+    }
+    size_t size() const { return size_; }
+    void clear() {
+        size_ = 0;
+        heap_.clear();
+    }
+    T* begin() { return size_ <= N ? inline_ : heap_.data(); }
+    T* end() { return begin() + size_; }
+    T& operator[](size_t i) { return begin()[i]; }
+    const T& operator[](size_t i) const { return const_cast<SmallVector*>(this)->begin()[i]; }
+
+ private:
+    T inline_[N];
+    std::vector<T> heap_;
+    size_t size_ = 0;
+};
+
+}  // namespace fastree

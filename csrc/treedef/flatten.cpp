@@ -1,0 +1,625 @@
+// Flatten: tree -> leaves (+ treedef, + key paths), in one recursive pass.
+//
+// One template serves every entry point; kDef/kPaths switch off what a caller does not need, so
+// tree_leaves builds no treedef and tree_flatten creates no key objects.
+#include <algorithm>
+#include <utility>
+
+#include "keys.h"
+#include "pyutils.h"
+#include "small_vector.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
+
+// An owned (key, value) pair gathered from a dict before recursing, so a callback that mutates
+// the dict cannot free what we are about to visit.
+struct Item {
+    PyObject* key;
+    PyObject* value;
+};
+using Items = SmallVector<Item, 8>;
+
+void ReleaseItems(Items& items, size_t from) {
+    for (size_t i = from; i < items.size(); ++i) {
+        Py_XDECREF(items[i].key);
+        Py_XDECREF(items[i].value);
+    }
+    items.clear();
+}
+
+// Sorts dict items by key as Python's sorted() would. Exact-str keys (nearly every parameter
+// tree) compare in C without calling __lt__; anything else goes through list.sort so mixed or
+// exotic keys behave exactly as in JAX, including its error for unorderable keys.
+bool SortItems(PyObject* dict, Items& items) {
+    const size_t n = items.size();
+    if (n < 2) return true;
+    bool all_str = true;
+    for (size_t i = 0; i < n; ++i) {
+        if (!PyUnicode_CheckExact(items[i].key)) {
+            all_str = false;
+            break;
+        }
+    }
+    if (all_str) {
+        std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+            return PyUnicode_Compare(a.key, b.key) < 0;
+        });
+        return true;
+    }
+    PyObject* keys = PyList_New(static_cast<Py_ssize_t>(n));
+    if (keys == nullptr) return false;
+    for (size_t i = 0; i < n; ++i) {
+        PyList_SET_ITEM(keys, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
+    }
+    if (PyList_Sort(keys) < 0) {
+        Py_DECREF(keys);
+        RaiseFromCurrent(PyExc_ValueError,
+                         "Comparator raised exception while sorting pytree dictionary keys.");
+        return false;
+    }
+    // Re-pair values with the sorted keys.
+    Items sorted;
+    for (size_t i = 0; i < n; ++i) {
+        PyObject* key = PyList_GET_ITEM(keys, static_cast<Py_ssize_t>(i));
+        PyObject* value = PyDict_GetItemWithError(dict, key);
+        if (value == nullptr) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+            ReleaseItems(sorted, 0);
+            Py_DECREF(keys);
+            return false;
+        }
+        sorted.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
+    }
+    Py_DECREF(keys);
+    ReleaseItems(items, 0);
+    items = std::move(sorted);
+    return true;
+}
+
+bool GatherDictItems(PyObject* dict, Items& items) {
+    PyObject* key;
+    PyObject* value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        items.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
+    }
+    if (!SortItems(dict, items)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
+}
+
+PyObject* KeysTuple(const Items& items) {
+    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
+    if (t == nullptr) return nullptr;
+    for (size_t i = 0; i < items.size(); ++i) {
+        PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
+    }
+    return t;
+}
+
+// Validates a custom flatten result and returns its two halves (borrowed from `result`).
+bool SplitFlattenResult(PyObject* result, bool with_keys, PyObject** children, PyObject** aux) {
+    const char* what = with_keys
+        ? "The to_iterable_with_keys function for a custom PyTree node should return a "
+          "(key_leaf_pairs, aux_data) tuple"
+        : "The to_iterable function for a custom PyTree node should return a "
+          "(children, aux_data) tuple";
+    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
+        PyErr_Format(PyExc_ValueError, "%s, got %s", what, Str(result).c_str());
+        return false;
+    }
+    *children = PyTuple_GET_ITEM(result, 0);
+    *aux = PyTuple_GET_ITEM(result, 1);
+    return true;
+}
+
+template <bool kDef, bool kPaths>
+class Flattener {
+ public:
+    Flattener(PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
+              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths,
+              bool one_level = false)
+        : one_level_(one_level),
+          is_leaf_(is_leaf),
+          is_leaf_takes_path_(is_leaf_takes_path),
+          def_(def),
+          leaves_(leaves),
+          paths_(paths) {}
+
+    ~Flattener() { DecrefAll(path_); }
+
+    bool Visit(PyObject* obj) {
+        if (is_leaf_ != nullptr) {
+            int leaf = CallIsLeaf(obj);
+            if (leaf < 0) return false;
+            if (leaf) return AddLeaf(obj);
+        }
+        const Registration* reg = registry::Classify(obj);
+        switch (reg->kind) {
+            case NodeKind::kLeaf:
+                return AddLeaf(obj);
+            case NodeKind::kNone:
+                if constexpr (kDef) PushNode(NodeKind::kNone, 0, leaves_->size(), def_->nodes.size());
+                return true;
+            case NodeKind::kTuple:
+                return VisitTuple(obj, NodeKind::kTuple, nullptr);
+            case NodeKind::kNamedTuple:
+                return VisitTuple(obj, NodeKind::kNamedTuple, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+            case NodeKind::kList:
+                return VisitList(obj);
+            case NodeKind::kDict:
+                return VisitDict(obj);
+            case NodeKind::kOrderedDict:
+                return VisitOrderedDict(obj, reg);
+            case NodeKind::kDefaultDict:
+                return VisitDefaultDict(obj, reg);
+            case NodeKind::kCustom:
+                return VisitCustom(obj, reg);
+            case NodeKind::kDataclass:
+                return VisitDataclass(obj, reg);
+        }
+        PyErr_SetString(PyExc_SystemError, "fastree: unknown node kind");
+        return false;
+    }
+
+ private:
+    // ---- leaves and nodes
+
+    int CallIsLeaf(PyObject* obj) {
+        PyObject* r;
+        if (is_leaf_takes_path_) {
+            PyObject* path = PathTuple();
+            if (path == nullptr) return -1;
+            PyObject* args[2] = {path, obj};
+            r = PyObject_Vectorcall(is_leaf_, args, 2, nullptr);
+            Py_DECREF(path);
+        } else {
+            r = PyObject_CallOneArg(is_leaf_, obj);
+        }
+        if (r == nullptr) return -1;
+        int truth = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return truth;
+    }
+
+    bool AddLeaf(PyObject* obj) {
+        if constexpr (kPaths) {
+            PyObject* path = PathTuple();
+            if (path == nullptr) return false;
+            PyObject* pair = PyTuple_Pack(2, path, obj);
+            Py_DECREF(path);
+            if (pair == nullptr) return false;
+            paths_->push_back(pair);
+        }
+        leaves_->push_back(Py_NewRef(obj));
+        if constexpr (kDef) {
+            Node node;
+            node.kind = NodeKind::kLeaf;
+            node.num_leaves = 1;
+            node.num_nodes = 1;
+            def_->nodes.push_back(node);
+        }
+        return true;
+    }
+
+    // Appends the node for a container whose children have just been visited.
+    // `node_data` is stolen.
+    void PushNode(NodeKind kind, Py_ssize_t arity, size_t leaves_before, size_t nodes_before,
+                  PyObject* node_data = nullptr, const Registration* custom = nullptr,
+                  Py_ssize_t keys_begin = 0) {
+        Node node;
+        node.kind = kind;
+        node.arity = arity;
+        node.num_leaves = static_cast<Py_ssize_t>(leaves_->size() - leaves_before);
+        node.num_nodes = static_cast<Py_ssize_t>(def_->nodes.size() - nodes_before) + 1;
+        node.node_data = node_data;
+        node.custom = custom;
+        node.keys_begin = keys_begin;
+        def_->nodes.push_back(node);
+    }
+
+    // Visits one child; `key` is a new reference to its path entry (only in kPaths mode).
+    bool Child(PyObject* child, PyObject* key) {
+        if constexpr (kPaths) {
+            if (key == nullptr) return false;
+            path_.push_back(key);
+            bool ok = one_level_ ? AddLeaf(child) : Visit(child);
+            path_.pop_back();
+            Py_DECREF(key);
+            return ok;
+        } else {
+            (void)key;
+            return one_level_ ? AddLeaf(child) : Visit(child);
+        }
+    }
+
+    PyObject* PathTuple() {
+        PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(path_.size()));
+        if (t == nullptr) return nullptr;
+        for (size_t i = 0; i < path_.size(); ++i) {
+            PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(path_[i]));
+        }
+        return t;
+    }
+
+    // ---- built-in containers
+
+    bool VisitTuple(PyObject* obj, NodeKind kind, PyObject* type) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+        PyObject* fields = nullptr;
+        if constexpr (kPaths) {
+            if (kind == NodeKind::kNamedTuple) {
+                fields = PyObject_GetAttrString(type, "_fields");
+                if (fields == nullptr) return false;
+            }
+        }
+        // Tuples are immutable and `obj` is kept alive by our caller: items can be borrowed.
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* key = nullptr;
+            if constexpr (kPaths) {
+                if (fields != nullptr) {
+                    PyObject* name = PySequence_GetItem(fields, i);
+                    key = name ? keys::GetAttr(name) : nullptr;
+                    Py_XDECREF(name);
+                } else {
+                    key = keys::Sequence(i);
+                }
+            }
+            if (!Child(PyTuple_GET_ITEM(obj, i), key)) {
+                Py_XDECREF(fields);
+                return false;
+            }
+        }
+        Py_XDECREF(fields);
+        if constexpr (kDef) {
+            PushNode(kind, n, leaves_before, nodes_before, Py_XNewRef(type));
+        }
+        return true;
+    }
+
+    bool VisitList(PyObject* obj) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        // A callback (is_leaf, a custom flatten) may mutate the list while we walk it: re-read
+        // the size each step and hold a reference to the item we descend into.
+        Py_ssize_t i = 0;
+        for (; i < PyList_GET_SIZE(obj); ++i) {
+            PyObject* item = Py_NewRef(PyList_GET_ITEM(obj, i));
+            PyObject* key = nullptr;
+            if constexpr (kPaths) key = keys::Sequence(i);
+            bool ok = Child(item, key);
+            Py_DECREF(item);
+            if (!ok) return false;
+        }
+        if constexpr (kDef) PushNode(NodeKind::kList, i, leaves_before, nodes_before);
+        return true;
+    }
+
+    // Visits gathered (key, value) items in order, consuming them.
+    bool VisitItems(Items& items) {
+        for (size_t i = 0; i < items.size(); ++i) {
+            PyObject* key = nullptr;
+            if constexpr (kPaths) key = keys::Dict(items[i].key);
+            bool ok = Child(items[i].value, key);
+            Py_CLEAR(items[i].value);
+            Py_CLEAR(items[i].key);
+            if (!ok) {
+                ReleaseItems(items, i + 1);
+                return false;
+            }
+        }
+        items.clear();
+        return true;
+    }
+
+    bool VisitDict(PyObject* obj) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        Items items;
+        if (!GatherDictItems(obj, items)) return false;
+        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+        // Reserve this dict's key slots up front: children's keys are appended after ours.
+        Py_ssize_t keys_begin = 0;
+        if constexpr (kDef) {
+            keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
+            for (Py_ssize_t i = 0; i < n; ++i) def_->keys.push_back(Py_NewRef(items[i].key));
+        }
+        if (!VisitItems(items)) return false;
+        if constexpr (kDef) PushNode(NodeKind::kDict, n, leaves_before, nodes_before, nullptr,
+                                     nullptr, keys_begin);
+        return true;
+    }
+
+    bool VisitDefaultDict(PyObject* obj, const Registration* reg) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        Items items;
+        if (!GatherDictItems(obj, items)) return false;
+        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+        PyObject* node_data = nullptr;
+        if constexpr (kDef) {
+            PyObject* factory = PyObject_GetAttrString(obj, "default_factory");
+            PyObject* keys = factory ? KeysTuple(items) : nullptr;
+            node_data = keys ? PyTuple_Pack(2, factory, keys) : nullptr;
+            Py_XDECREF(factory);
+            Py_XDECREF(keys);
+            if (node_data == nullptr) {
+                ReleaseItems(items, 0);
+                return false;
+            }
+        }
+        if (!VisitItems(items)) {
+            Py_XDECREF(node_data);
+            return false;
+        }
+        if constexpr (kDef) PushNode(NodeKind::kDefaultDict, n, leaves_before, nodes_before,
+                                     node_data, reg);
+        return true;
+    }
+
+    bool VisitOrderedDict(PyObject* obj, const Registration* reg) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        // Iterate the OrderedDict itself: its order can differ from the underlying dict's.
+        PyObject* key_list = PySequence_List(obj);
+        if (key_list == nullptr) return false;
+        Items items;
+        const Py_ssize_t n = PyList_GET_SIZE(key_list);
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* key = PyList_GET_ITEM(key_list, i);
+            PyObject* value = PyObject_GetItem(obj, key);
+            if (value == nullptr) {
+                ReleaseItems(items, 0);
+                Py_DECREF(key_list);
+                return false;
+            }
+            items.push_back(Item{Py_NewRef(key), value});
+        }
+        PyObject* node_data = nullptr;
+        if constexpr (kDef) {
+            node_data = PyList_AsTuple(key_list);
+            if (node_data == nullptr) {
+                ReleaseItems(items, 0);
+                Py_DECREF(key_list);
+                return false;
+            }
+        }
+        Py_DECREF(key_list);
+        if (!VisitItems(items)) {
+            Py_XDECREF(node_data);
+            return false;
+        }
+        if constexpr (kDef) PushNode(NodeKind::kOrderedDict, n, leaves_before, nodes_before,
+                                     node_data, reg);
+        return true;
+    }
+
+    // ---- registered nodes
+
+    bool VisitDataclass(PyObject* obj, const Registration* reg) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        PyObject* node_data = nullptr;
+        if constexpr (kDef) {
+            const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
+            node_data = PyTuple_New(m);
+            if (node_data == nullptr) return false;
+            for (Py_ssize_t i = 0; i < m; ++i) {
+                PyObject* v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(reg->meta_fields, i));
+                if (v == nullptr) {
+                    Py_DECREF(node_data);
+                    return false;
+                }
+                PyTuple_SET_ITEM(node_data, i, v);
+            }
+        }
+        const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* name = PyTuple_GET_ITEM(reg->data_fields, i);
+            PyObject* child = PyObject_GetAttr(obj, name);
+            if (child == nullptr) {
+                Py_XDECREF(node_data);
+                return false;
+            }
+            PyObject* key = nullptr;
+            if constexpr (kPaths) key = keys::GetAttr(name);
+            bool ok = Child(child, key);
+            Py_DECREF(child);
+            if (!ok) {
+                Py_XDECREF(node_data);
+                return false;
+            }
+        }
+        if constexpr (kDef) PushNode(NodeKind::kDataclass, n, leaves_before, nodes_before,
+                                     node_data, reg);
+        return true;
+    }
+
+    bool VisitCustom(PyObject* obj, const Registration* reg) {
+        RecursionGuard guard(kRecursionWhere);
+        if (!guard.ok()) return false;
+        const size_t leaves_before = leaves_->size();
+        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        // Which callback: key paths want keys (the registered with-keys function, or JAX's own
+        // for JAX-only types); plain flattening prefers the cheaper keyless function.
+        PyObject* fn;
+        bool with_keys;
+        if (kPaths && reg->flatten_with_keys != nullptr) {
+            fn = reg->flatten_with_keys;
+            with_keys = true;
+        } else if (kPaths && reg->from_jax && registry::JaxFlattenWithKeys() != nullptr) {
+            fn = registry::JaxFlattenWithKeys();
+            with_keys = true;
+        } else if (reg->flatten != nullptr) {
+            fn = reg->flatten;
+            with_keys = false;
+        } else {
+            fn = reg->flatten_with_keys;
+            with_keys = true;
+        }
+        PyObject* result = PyObject_CallOneArg(fn, obj);
+        if (result == nullptr) return false;
+        PyObject* children;
+        PyObject* aux;
+        if (!SplitFlattenResult(result, with_keys, &children, &aux)) {
+            Py_DECREF(result);
+            return false;
+        }
+        Py_ssize_t arity = 0;
+        bool ok = with_keys ? VisitKeyedChildren(children, result, &arity)
+                            : VisitChildren(children, result, &arity);
+        if (!ok) {
+            Py_DECREF(result);
+            return false;
+        }
+        if constexpr (kDef) PushNode(NodeKind::kCustom, arity, leaves_before, nodes_before,
+                                     Py_NewRef(aux), reg);
+        Py_DECREF(result);
+        return true;
+    }
+
+    bool VisitChildren(PyObject* children, PyObject* result, Py_ssize_t* arity) {
+        if (PyTuple_CheckExact(children)) {  // the common case: no iterator object needed
+            const Py_ssize_t n = PyTuple_GET_SIZE(children);
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                PyObject* key = nullptr;
+                if constexpr (kPaths) key = keys::FlattenedIndex(i);
+                if (!Child(PyTuple_GET_ITEM(children, i), key)) return false;
+            }
+            *arity = n;
+            return true;
+        }
+        PyObject* it = PyObject_GetIter(children);
+        if (it == nullptr) {
+            PyErr_Format(PyExc_ValueError,
+                         "The to_iterable function for a custom PyTree node should return a "
+                         "(children, aux_data) tuple where 'children' is iterable, got %s",
+                         Str(result).c_str());
+            return false;
+        }
+        Py_ssize_t i = 0;
+        while (PyObject* child = PyIter_Next(it)) {
+            PyObject* key = nullptr;
+            if constexpr (kPaths) key = keys::FlattenedIndex(i);
+            bool ok = Child(child, key);
+            Py_DECREF(child);
+            if (!ok) {
+                Py_DECREF(it);
+                return false;
+            }
+            ++i;
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) return false;
+        *arity = i;
+        return true;
+    }
+
+    bool VisitKeyedChildren(PyObject* pairs, PyObject* result, Py_ssize_t* arity) {
+        PyObject* it = PyObject_GetIter(pairs);
+        if (it == nullptr) {
+            PyErr_Format(PyExc_ValueError,
+                         "The to_iterable_with_keys function for a custom PyTree node should "
+                         "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' is "
+                         "iterable, got %s",
+                         Str(result).c_str());
+            return false;
+        }
+        Py_ssize_t i = 0;
+        while (PyObject* pair = PyIter_Next(it)) {
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_Format(PyExc_ValueError,
+                             "The to_iterable_with_keys function for a custom PyTree node should "
+                             "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' "
+                             "holds (key, child) pairs, got %s",
+                             Str(pair).c_str());
+                Py_DECREF(pair);
+                Py_DECREF(it);
+                return false;
+            }
+            PyObject* key = nullptr;
+            if constexpr (kPaths) key = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+            bool ok = Child(PyTuple_GET_ITEM(pair, 1), key);
+            Py_DECREF(pair);
+            if (!ok) {
+                Py_DECREF(it);
+                return false;
+            }
+            ++i;
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred()) return false;
+        *arity = i;
+        return true;
+    }
+
+    bool one_level_;  // flatten_one_level: every child of the root is taken as a leaf
+    PyObject* is_leaf_;
+    bool is_leaf_takes_path_;
+    TreeDef* def_;
+    std::vector<PyObject*>* leaves_;
+    std::vector<PyObject*>* paths_;
+    std::vector<PyObject*> path_;  // owned key entries from the root to the current node
+};
+
+template <bool kDef, bool kPaths>
+bool Run(PyObject* tree, PyObject* is_leaf, bool takes_path, TreeDef* def,
+         std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
+    Flattener<kDef, kPaths> f(is_leaf, takes_path, def, leaves, paths);
+    return f.Visit(tree);
+}
+
+}  // namespace
+
+bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* children,
+                     std::vector<PyObject*>* paths) {
+    if (paths != nullptr) {
+        Flattener<true, true> f(nullptr, false, def, children, paths, /*one_level=*/true);
+        return f.Visit(node);
+    }
+    Flattener<true, false> f(nullptr, false, def, children, nullptr, /*one_level=*/true);
+    return f.Visit(node);
+}
+
+bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
+             std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
+    // Remember the last tree's size: flattening the same model repeatedly is the common case,
+    // and reserving up front avoids the vector's growth copies.
+    static size_t node_hint = 16;
+    static size_t leaf_hint = 16;
+    leaves->reserve(leaf_hint);
+    if (def != nullptr) def->nodes.reserve(node_hint);
+    bool ok;
+    if (def != nullptr) {
+        ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
+                   : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
+        node_hint = def->nodes.size();
+    } else {
+        ok = paths ? Run<false, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
+                   : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
+    }
+    leaf_hint = leaves->size();
+    return ok;
+}
+
+}  // namespace fastree

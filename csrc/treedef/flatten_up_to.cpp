@@ -1,0 +1,240 @@
+// flatten_up_to: cut `tree` at the leaves of this treedef (the treedef must be a prefix of it).
+//
+// Walks the post-order nodes from the root backwards with an agenda of owned objects; a node
+// pushes its children in order so the last child, whose subtree precedes the node in the
+// vector, is popped next. Error texts are JAX's, since libraries match on them.
+#include <algorithm>
+
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+constexpr const char kNoneHint[] =
+    "\n\nIn previous releases of JAX, flatten-up-to used to consider None to be a tree-prefix of "
+    "non-None values. To obtain the previous behavior, you can usually write:\n"
+    "  jax.tree.map(lambda x, y: None if x is None else f(x, y), a, b, is_leaf=lambda x: x is "
+    "None)";
+
+bool Fail(PyObject* type, const std::string& message) {
+    PyErr_SetString(type, message.c_str());
+    return false;
+}
+
+std::string TypeStr(PyObject* type) { return Str(type); }
+
+// str(list(keys)) for the dict-key mismatch message.
+std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
+    PyObject* list = PyList_New(n);
+    if (list == nullptr) {
+        PyErr_Clear();
+        return "[...]";
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, Py_NewRef(keys[i]));
+    std::string s = Str(list);
+    Py_DECREF(list);
+    return s;
+}
+
+// Sorted keys of a dict as a new list (JAX's order), or null with ValueError for unsortable keys.
+PyObject* SortedKeys(PyObject* dict) {
+    PyObject* keys = PyDict_Keys(dict);
+    if (keys == nullptr) return nullptr;
+    if (PyList_Sort(keys) < 0) {
+        Py_DECREF(keys);
+        RaiseFromCurrent(PyExc_ValueError,
+                         "Comparator raised exception while sorting pytree dictionary keys.");
+        return nullptr;
+    }
+    return keys;
+}
+
+bool KeysEqual(PyObject* const* a, PyObject* const* b, Py_ssize_t n, bool* equal) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        int eq = PyObject_RichCompareBool(a[i], b[i], Py_EQ);
+        if (eq < 0) return false;
+        if (!eq) {
+            *equal = false;
+            return true;
+        }
+    }
+    *equal = true;
+    return true;
+}
+
+class PrefixWalker {
+ public:
+    PrefixWalker(const TreeDef& def, std::vector<PyObject*>* out) : def_(def), out_(out) {}
+    ~PrefixWalker() { DecrefAll(agenda_); }
+
+    bool Run(PyObject* tree) {
+        agenda_.push_back(Py_NewRef(tree));
+        const size_t out_begin = out_->size();
+        for (Py_ssize_t i = def_.num_nodes() - 1; i >= 0; --i) {
+            PyObject* obj = agenda_.back();
+            agenda_.pop_back();
+            bool ok = Step(def_.nodes[i], obj);
+            if (!ok) return false;
+        }
+        std::reverse(out_->begin() + static_cast<std::ptrdiff_t>(out_begin), out_->end());
+        return true;
+    }
+
+ private:
+    // Consumes `obj`.
+    bool Step(const Node& node, PyObject* obj) {
+        Ref owned(obj);
+        const Py_ssize_t n = node.arity;
+        switch (node.kind) {
+            case NodeKind::kLeaf:
+                out_->push_back(owned.release());
+                return true;
+            case NodeKind::kNone:
+                if (obj != Py_None) {
+                    return Fail(PyExc_ValueError, "Expected None, got " + Str(obj) + "." + kNoneHint);
+                }
+                return true;
+            case NodeKind::kTuple:
+                if (!PyTuple_CheckExact(obj)) {
+                    return Fail(PyExc_ValueError, "Expected tuple, got " + Str(obj) + ".");
+                }
+                if (PyTuple_GET_SIZE(obj) != n) {
+                    return Fail(PyExc_ValueError,
+                                "Tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
+                                    " != " + std::to_string(n) + "; tuple: " + Str(obj) + ".");
+                }
+                PushSequence(&PyTuple_GET_ITEM(obj, 0), n);
+                return true;
+            case NodeKind::kList:
+                if (!PyList_CheckExact(obj)) {
+                    return Fail(PyExc_ValueError, "Expected list, got " + Str(obj) + ".");
+                }
+                if (PyList_GET_SIZE(obj) != n) {
+                    return Fail(PyExc_ValueError,
+                                "List arity mismatch: " + std::to_string(PyList_GET_SIZE(obj)) +
+                                    " != " + std::to_string(n) + "; list: " + Str(obj) + ".");
+                }
+                PushSequence(&PyList_GET_ITEM(obj, 0), n);
+                return true;
+            case NodeKind::kDict:
+                return StepDict(node, obj);
+            case NodeKind::kNamedTuple:
+                return StepNamedTuple(node, obj);
+            case NodeKind::kOrderedDict:
+            case NodeKind::kDefaultDict:
+            case NodeKind::kCustom:
+            case NodeKind::kDataclass:
+                return StepCustom(node, obj);
+        }
+        return Fail(PyExc_SystemError, "fastree: unknown node kind");
+    }
+
+    void PushSequence(PyObject* const* items, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; ++i) agenda_.push_back(Py_NewRef(items[i]));
+    }
+
+    bool StepDict(const Node& node, PyObject* obj) {
+        if (!PyDict_CheckExact(obj)) {
+            return Fail(PyExc_ValueError, "Expected dict, got " + Str(obj) + ".");
+        }
+        Ref keys(SortedKeys(obj));
+        if (!keys) return false;
+        const PyObject* const* expected = &def_.keys[node.keys_begin];
+        const Py_ssize_t n = node.arity;
+        bool equal = PyList_GET_SIZE(keys.get()) == n;
+        if (equal && !KeysEqual(const_cast<PyObject* const*>(expected),
+                                &PyList_GET_ITEM(keys.get(), 0), n, &equal)) {
+            return false;
+        }
+        if (!equal) {
+            return Fail(PyExc_ValueError,
+                        "Dict key mismatch; expected keys: " +
+                            KeyListStr(const_cast<PyObject* const*>(expected), n) +
+                            "; present keys: " + Str(keys.get()) + ".");
+        }
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* value = PyDict_GetItemWithError(obj, PyList_GET_ITEM(keys.get(), i));
+            if (value == nullptr) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys.get(), i));
+                return false;
+            }
+            agenda_.push_back(Py_NewRef(value));
+        }
+        return true;
+    }
+
+    bool StepNamedTuple(const Node& node, PyObject* obj) {
+        if (registry::Classify(obj)->kind != NodeKind::kNamedTuple) {
+            return Fail(PyExc_ValueError, "Expected named tuple, got " + Str(obj) + ".");
+        }
+        if (PyTuple_GET_SIZE(obj) != node.arity) {
+            return Fail(PyExc_ValueError,
+                        "Named tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
+                            " != " + std::to_string(node.arity) + "; tuple: " + Str(obj) + ".");
+        }
+        if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != node.node_data) {
+            return Fail(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
+                                              TypeStr(node.node_data) + ", tuple: " + Str(obj) + ".");
+        }
+        PushSequence(&PyTuple_GET_ITEM(obj, 0), node.arity);
+        return true;
+    }
+
+    // Custom-like nodes are compared the way JAX does: same registration, aux data not `!=`,
+    // same number of children. The children come from flattening one level (leaves only).
+    bool StepCustom(const Node& node, PyObject* obj) {
+        const bool dataclass = node.kind == NodeKind::kDataclass;
+        const Registration* reg = registry::Classify(obj);
+        if (reg != node.custom) {
+            return Fail(PyExc_ValueError,
+                        std::string(dataclass ? "Custom dataclass node type mismatch"
+                                              : "Custom node type mismatch") +
+                            ": expected type: " + TypeStr(node.custom->type) +
+                            ", value: " + Str(obj) + ".");
+        }
+        TreeDef one;
+        std::vector<PyObject*> children;
+        if (!FlattenOneLevel(obj, &one, &children, nullptr)) {
+            DecrefAll(children);
+            return false;
+        }
+        const Node& got = one.nodes.back();
+        int ne = PyObject_RichCompareBool(node.node_data, got.node_data, Py_NE);
+        if (ne < 0) {
+            DecrefAll(children);
+            return false;
+        }
+        if (ne) {
+            DecrefAll(children);
+            return Fail(PyExc_ValueError,
+                        std::string(dataclass ? "Mismatch custom dataclass node data: "
+                                              : "Mismatch custom node data: ") +
+                            Str(node.node_data) + " != " + Str(got.node_data) +
+                            "; value: " + Str(obj) + ".");
+        }
+        if (got.arity != node.arity) {
+            DecrefAll(children);
+            return Fail(PyExc_ValueError, "Custom type arity mismatch: " +
+                                              std::to_string(got.arity) + " != " +
+                                              std::to_string(node.arity) + "; value: " +
+                                              Str(obj) + ".");
+        }
+        for (PyObject* child : children) agenda_.push_back(child);  // ownership moves
+        children.clear();
+        return true;
+    }
+
+    const TreeDef& def_;
+    std::vector<PyObject*>* out_;
+    std::vector<PyObject*> agenda_;
+};
+
+}  // namespace
+
+bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {
+    PrefixWalker walker(def, out);
+    return walker.Run(tree);
+}
+
+}  // namespace fastree

@@ -1,0 +1,73 @@
+// Treedef hashing and equality.
+//
+// Equal treedefs must hash equal. Like JAX, the hash covers the shape (kinds, arities, node types)
+// and not aux_data, which may be unhashable; unlike JAX it also mixes in dict keys, which are
+// always hashable, so same-shaped dicts with different keys spread across buckets. The hash is
+// computed once and cached in the (immutable) treedef.
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+inline Py_uhash_t Mix(Py_uhash_t h, Py_uhash_t v) {
+    // boost::hash_combine's mixing step, widened to Py_uhash_t.
+    return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+}  // namespace
+
+Py_hash_t Hash(PyTreeDefObject* self) {
+    if (self->hash != -1) return self->hash;
+    const TreeDef& def = self->def;
+    Py_uhash_t h = static_cast<Py_uhash_t>(def.nodes.size());
+    for (const Node& node : def.nodes) {
+        h = Mix(h, static_cast<Py_uhash_t>(node.kind));
+        h = Mix(h, static_cast<Py_uhash_t>(node.arity));
+        if (node.kind == NodeKind::kNamedTuple) {
+            h = Mix(h, reinterpret_cast<Py_uhash_t>(node.node_data));
+        } else if (node.custom != nullptr) {
+            h = Mix(h, reinterpret_cast<Py_uhash_t>(node.custom->type));
+        } else if (node.kind == NodeKind::kDict) {
+            for (Py_ssize_t i = 0; i < node.arity; ++i) {
+                Py_hash_t kh = PyObject_Hash(def.keys[node.keys_begin + i]);
+                if (kh == -1) return -1;
+                h = Mix(h, static_cast<Py_uhash_t>(kh));
+            }
+        }
+    }
+    Py_hash_t out = static_cast<Py_hash_t>(h);
+    if (out == -1) out = -2;  // -1 is reserved for errors
+    self->hash = out;
+    return out;
+}
+
+int Equal(const TreeDef& a, const TreeDef& b) {
+    if (&a == &b) return 1;
+    if (a.nodes.size() != b.nodes.size()) return 0;
+    // Cheap structural pass first, so unequal shapes never call into Python.
+    for (size_t i = 0; i < a.nodes.size(); ++i) {
+        const Node& x = a.nodes[i];
+        const Node& y = b.nodes[i];
+        if (x.kind != y.kind || x.arity != y.arity || x.custom != y.custom) return 0;
+        if (x.kind == NodeKind::kNamedTuple && x.node_data != y.node_data) return 0;
+    }
+    for (size_t i = 0; i < a.nodes.size(); ++i) {
+        const Node& x = a.nodes[i];
+        const Node& y = b.nodes[i];
+        if (x.kind == NodeKind::kDict) {
+            for (Py_ssize_t k = 0; k < x.arity; ++k) {
+                int eq = PyObject_RichCompareBool(a.keys[x.keys_begin + k],
+                                                  b.keys[y.keys_begin + k], Py_EQ);
+                if (eq <= 0) return eq;
+            }
+        } else if (x.custom != nullptr) {
+            // JAX compares aux_data with `!=`; RichCompareBool short-cuts identical objects.
+            int ne = PyObject_RichCompareBool(x.node_data, y.node_data, Py_NE);
+            if (ne != 0) return ne < 0 ? -1 : 0;
+        }
+    }
+    return 1;
+}
+
+}  // namespace fastree

@@ -1,0 +1,90 @@
+// tree_map and tree_map_with_path: flatten the first tree, cut the others to its structure,
+// call f once per leaf position, unflatten. Same call order as JAX (all f calls happen before
+// any node is rebuilt), but without a Python generator, zip, or intermediate lists.
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+PyObject* g_map_error_hook = nullptr;  // owned; explains structure mismatches (Python layer)
+
+// The current error came from cutting `other` to `tree`'s structure. Replace it by the Python
+// layer's key-path explanation when there is one (raised `from None`, as JAX does).
+void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, const char* func) {
+    if (g_map_error_hook == nullptr) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject* name = PyUnicode_FromString(func);
+    PyObject* args[4] = {tree, other, is_leaf ? is_leaf : Py_None, name};
+    PyObject* exc = name ? PyObject_Vectorcall(g_map_error_hook, args, 4, nullptr) : nullptr;
+    Py_XDECREF(name);
+    if (exc != nullptr && PyExceptionInstance_Check(exc)) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        PyException_SetCause(exc, nullptr);  // `raise ... from None`
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+        Py_DECREF(exc);
+        return;
+    }
+    Py_XDECREF(exc);
+    PyErr_Clear();  // the hook failing must not hide the original error
+    PyErr_Restore(type, value, tb);
+}
+
+}  // namespace
+
+void SetMapErrorHook(PyObject* hook) { Py_XSETREF(g_map_error_hook, Py_XNewRef(hook)); }
+
+PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
+              PyObject* is_leaf, bool with_path, bool is_leaf_takes_path) {
+    TreeDef def;
+    std::vector<PyObject*> leaves;
+    std::vector<PyObject*> paths;  // (path, leaf) pairs when with_path
+    // columns[j] holds the leaves of rest[j], cut to the first tree's structure.
+    std::vector<std::vector<PyObject*>> columns(static_cast<size_t>(num_rest));
+    std::vector<PyObject*> results;
+    PyObject* out = nullptr;
+    auto cleanup = [&] {
+        DecrefAll(leaves);
+        DecrefAll(paths);
+        for (auto& column : columns) DecrefAll(column);
+        DecrefAll(results);
+    };
+
+    if (!Flatten(tree, is_leaf, is_leaf_takes_path, &def, &leaves, with_path ? &paths : nullptr)) {
+        cleanup();
+        return nullptr;
+    }
+    const size_t n = leaves.size();
+    for (Py_ssize_t j = 0; j < num_rest; ++j) {
+        columns[j].reserve(n);
+        if (!FlattenUpTo(def, rest[j], &columns[j])) {
+            ExplainMismatch(tree, rest[j], is_leaf, with_path ? "tree_map_with_path tree"
+                                                              : "tree_map tree");
+            cleanup();
+            return nullptr;
+        }
+    }
+    // Arguments for one call: [path,] leaf, rest_0[i], rest_1[i], ...
+    const size_t offset = with_path ? 1 : 0;
+    std::vector<PyObject*> args(offset + 1 + static_cast<size_t>(num_rest));
+    results.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (with_path) args[0] = PyTuple_GET_ITEM(paths[i], 0);
+        args[offset] = leaves[i];
+        for (Py_ssize_t j = 0; j < num_rest; ++j) args[offset + 1 + j] = columns[j][i];
+        PyObject* r = PyObject_Vectorcall(f, args.data(), args.size(), nullptr);
+        if (r == nullptr) {
+            cleanup();
+            return nullptr;
+        }
+        results.push_back(r);
+    }
+    out = Unflatten(def, results.data(), static_cast<Py_ssize_t>(results.size()));
+    cleanup();
+    return out;
+}
+
+}  // namespace fastree

@@ -1,0 +1,92 @@
+// flatten_one_level(_with_keys): the root's children and node data, in the container shapes
+// JAX returns (a list stays a list, a tuple a tuple, dict values come as a tuple, ...).
+#include "keys.h"
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+PyObject* PairsFromPaths(std::vector<PyObject*>& paths, bool as_tuple) {
+    // paths[i] is ((key,), child): turn each into (key, child).
+    const Py_ssize_t n = static_cast<Py_ssize_t>(paths.size());
+    Ref out(as_tuple ? PyTuple_New(n) : PyList_New(n));
+    if (!out) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* path = PyTuple_GET_ITEM(paths[i], 0);
+        PyObject* pair = PyTuple_Pack(2, PyTuple_GET_ITEM(path, 0), PyTuple_GET_ITEM(paths[i], 1));
+        if (pair == nullptr) return nullptr;
+        if (as_tuple) {
+            PyTuple_SET_ITEM(out.get(), i, pair);
+        } else {
+            PyList_SET_ITEM(out.get(), i, pair);
+        }
+    }
+    return out.release();
+}
+
+}  // namespace
+
+// Returns (children, node_data) or None for a leaf.
+PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
+    const Registration* reg = registry::Classify(tree);
+    if (reg->kind == NodeKind::kLeaf) Py_RETURN_NONE;
+    // Custom nodes answer with their own callback's output, exactly as JAX does.
+    if (reg->kind == NodeKind::kCustom) {
+        PyObject* fn = nullptr;
+        if (with_keys) {
+            fn = reg->flatten_with_keys ? reg->flatten_with_keys
+                 : reg->from_jax        ? registry::JaxFlattenWithKeys()
+                                        : nullptr;
+        } else {
+            fn = reg->flatten;
+        }
+        if (fn != nullptr) return PyObject_CallOneArg(fn, tree);
+    }
+    TreeDef def;
+    std::vector<PyObject*> children;
+    std::vector<PyObject*> paths;
+    bool ok = FlattenOneLevel(tree, &def, &children, with_keys ? &paths : nullptr);
+    Ref data;
+    if (ok) {
+        const Node& root = def.nodes.back();
+        if (root.kind == NodeKind::kDict) {
+            data = Ref(PyTuple_New(root.arity));
+            if (data) {
+                for (Py_ssize_t i = 0; i < root.arity; ++i) {
+                    PyTuple_SET_ITEM(data.get(), i, Py_NewRef(def.keys[root.keys_begin + i]));
+                }
+            }
+        } else if (root.kind == NodeKind::kNamedTuple) {
+            data = Ref(Py_NewRef(root.node_data));
+        } else {
+            data = Ref(Py_NewRef(root.node_data ? root.node_data : Py_None));
+        }
+        ok = static_cast<bool>(data);
+    }
+    if (!ok) {
+        DecrefAll(children);
+        DecrefAll(paths);
+        return nullptr;
+    }
+    const NodeKind kind = def.nodes.back().kind;
+    const bool builtin = kind == NodeKind::kList || kind == NodeKind::kTuple ||
+                         kind == NodeKind::kDict || kind == NodeKind::kNone;
+    Ref first;
+    if (with_keys) {
+        first = Ref(PairsFromPaths(paths, builtin));
+    } else if (kind == NodeKind::kTuple) {
+        first = Ref(Py_NewRef(tree));
+    } else if (kind == NodeKind::kDict || kind == NodeKind::kNone) {
+        Ref list(StealIntoList(children));
+        first = list ? Ref(PyList_AsTuple(list.get())) : Ref();
+    } else {
+        first = Ref(StealIntoList(children));
+    }
+    DecrefAll(children);
+    DecrefAll(paths);
+    if (!first) return nullptr;
+    return PyTuple_Pack(2, first.get(), data.get());
+}
+
+}  // namespace fastree

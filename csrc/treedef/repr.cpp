@@ -1,0 +1,92 @@
+// str/repr of a treedef, character-for-character JAX's `PyTreeDef(...)` text.
+// Built bottom-up over the post-order nodes with a stack of strings (no recursion).
+#include <string>
+
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+void Join(std::string* out, std::vector<std::string>& stack, Py_ssize_t n) {
+    const size_t first = stack.size() - static_cast<size_t>(n);
+    for (size_t i = first; i < stack.size(); ++i) {
+        if (i > first) out->append(", ");
+        out->append(stack[i]);
+    }
+}
+
+bool TypeName(PyObject* type, std::string* out) {
+    PyObject* name = PyObject_GetAttrString(type, "__name__");
+    if (name == nullptr) return false;
+    bool ok = StrInto(name, out);
+    Py_DECREF(name);
+    return ok;
+}
+
+}  // namespace
+
+PyObject* Repr(const TreeDef& def) {
+    std::vector<std::string> stack;
+    for (const Node& node : def.nodes) {
+        std::string s;
+        const Py_ssize_t n = node.arity;
+        switch (node.kind) {
+            case NodeKind::kLeaf:
+                s = "*";
+                break;
+            case NodeKind::kNone:
+                s = "None";
+                break;
+            case NodeKind::kTuple:
+                s = "(";
+                Join(&s, stack, n);
+                s += n == 1 ? ",)" : ")";
+                break;
+            case NodeKind::kList:
+                s = "[";
+                Join(&s, stack, n);
+                s += "]";
+                break;
+            case NodeKind::kDict: {
+                s = "{";
+                const size_t first = stack.size() - static_cast<size_t>(n);
+                for (Py_ssize_t i = 0; i < n; ++i) {
+                    if (i > 0) s += ", ";
+                    if (!ReprInto(def.keys[node.keys_begin + i], &s)) return nullptr;
+                    s += ": ";
+                    s += stack[first + static_cast<size_t>(i)];
+                }
+                s += "}";
+                break;
+            }
+            case NodeKind::kNamedTuple:
+                s = "CustomNode(namedtuple[";
+                if (!TypeName(node.node_data, &s)) return nullptr;
+                s += "], [";
+                Join(&s, stack, n);
+                s += "])";
+                break;
+            case NodeKind::kOrderedDict:
+            case NodeKind::kDefaultDict:
+            case NodeKind::kCustom:
+            case NodeKind::kDataclass:
+                s = "CustomNode(";
+                if (!TypeName(node.custom->type, &s)) return nullptr;
+                s += "[";
+                if (!StrInto(node.node_data, &s)) return nullptr;
+                s += "], [";
+                Join(&s, stack, n);
+                s += "])";
+                break;
+        }
+        stack.resize(stack.size() - static_cast<size_t>(n));
+        stack.push_back(std::move(s));
+    }
+    std::string out = "PyTreeDef(";
+    if (!stack.empty()) out += stack.back();
+    out += ")";
+    return PyUnicode_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
+}  // namespace fastree

@@ -1,0 +1,280 @@
+// Building and taking apart treedefs: children(), compose(), treedef_tuple(), node_data(),
+// from_node_data_and_children(), walk() and from_iterable_tree().
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+Py_ssize_t SubtreeBegin(const TreeDef& def, Py_ssize_t root) {
+    return root - def.nodes[root].num_nodes + 1;
+}
+
+// The data part of node_data(): what walk() passes to f_node.
+PyObject* DataPart(const TreeDef& def, const Node& node) {
+    Ref nd(def.NodeData(node));
+    if (!nd) return nullptr;
+    return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
+}
+
+}  // namespace
+
+bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def) {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "Expected a type in node_data, got %R.", type);
+        return false;
+    }
+    const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
+    Node node;
+    node.kind = reg->kind;
+    node.arity = arity;
+    switch (reg->kind) {
+        case NodeKind::kLeaf:
+            PyErr_Format(PyExc_ValueError, "%R is not a pytree node type.", type);
+            return false;
+        case NodeKind::kNone:
+            if (arity != 0) {
+                PyErr_SetString(PyExc_ValueError, "None nodes have no children.");
+                return false;
+            }
+            break;
+        case NodeKind::kTuple:
+        case NodeKind::kList:
+            break;
+        case NodeKind::kNamedTuple:
+            node.node_data = Py_NewRef(type);
+            break;
+        case NodeKind::kDict: {
+            Ref keys(PySequence_Tuple(data));
+            if (!keys) return false;
+            if (PyTuple_GET_SIZE(keys.get()) != arity) {
+                PyErr_Format(PyExc_ValueError, "Dict node data has %zd keys for %zd children.",
+                             PyTuple_GET_SIZE(keys.get()), arity);
+                return false;
+            }
+            node.keys_begin = static_cast<Py_ssize_t>(def->keys.size());
+            for (Py_ssize_t i = 0; i < arity; ++i) {
+                def->keys.push_back(Py_NewRef(PyTuple_GET_ITEM(keys.get(), i)));
+            }
+            break;
+        }
+        case NodeKind::kOrderedDict:
+            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != arity) {
+                PyErr_SetString(PyExc_ValueError,
+                                "OrderedDict node data must be a tuple with one key per child.");
+                return false;
+            }
+            node.node_data = Py_NewRef(data);
+            node.custom = reg;
+            break;
+        case NodeKind::kDefaultDict:
+            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
+                !PyTuple_Check(PyTuple_GET_ITEM(data, 1)) ||
+                PyTuple_GET_SIZE(PyTuple_GET_ITEM(data, 1)) != arity) {
+                PyErr_SetString(PyExc_ValueError,
+                                "defaultdict node data must be (default_factory, keys) with one "
+                                "key per child.");
+                return false;
+            }
+            node.node_data = Py_NewRef(data);
+            node.custom = reg;
+            break;
+        case NodeKind::kDataclass:
+            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != PyTuple_GET_SIZE(reg->meta_fields) ||
+                arity != PyTuple_GET_SIZE(reg->data_fields)) {
+                PyErr_Format(PyExc_ValueError,
+                             "Dataclass node %R expects %zd meta values and %zd children.", type,
+                             PyTuple_GET_SIZE(reg->meta_fields), PyTuple_GET_SIZE(reg->data_fields));
+                return false;
+            }
+            node.node_data = Py_NewRef(data);
+            node.custom = reg;
+            break;
+        case NodeKind::kCustom:
+            node.node_data = Py_NewRef(data);
+            node.custom = reg;
+            break;
+    }
+    // Counts follow from the children already appended (the last `arity` subtrees).
+    Py_ssize_t child = def->num_nodes() - 1;
+    for (Py_ssize_t k = 0; k < arity; ++k) {
+        if (child < 0) {
+            Py_XDECREF(node.node_data);
+            PyErr_SetString(PyExc_ValueError, "Not enough child subtrees for node arity.");
+            return false;
+        }
+        node.num_leaves += def->nodes[child].num_leaves;
+        node.num_nodes += def->nodes[child].num_nodes;
+        child -= def->nodes[child].num_nodes;
+    }
+    node.num_nodes += 1;
+    def->nodes.push_back(node);
+    return true;
+}
+
+PyObject* Children(const TreeDef& def) {
+    if (def.nodes.empty()) return PyList_New(0);
+    std::vector<Py_ssize_t> roots;
+    def.ChildRoots(def.num_nodes() - 1, &roots);
+    Ref list(PyList_New(static_cast<Py_ssize_t>(roots.size())));
+    if (!list) return nullptr;
+    for (size_t i = 0; i < roots.size(); ++i) {
+        TreeDef child;
+        child.AppendRange(def, SubtreeBegin(def, roots[i]), roots[i] + 1);
+        PyObject* wrapped = WrapTreeDef(std::move(child));
+        if (wrapped == nullptr) return nullptr;
+        PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), wrapped);
+    }
+    return list.release();
+}
+
+PyObject* Compose(const TreeDef& outer, const TreeDef& inner) {
+    TreeDef out;
+    const Py_ssize_t inner_leaves = inner.num_leaves();
+    const Py_ssize_t inner_nodes = inner.num_nodes();
+    for (Py_ssize_t i = 0; i < outer.num_nodes(); ++i) {
+        const Node& node = outer.nodes[i];
+        if (node.kind == NodeKind::kLeaf) {
+            out.AppendRange(inner, 0, inner_nodes);
+            continue;
+        }
+        out.AppendRange(outer, i, i + 1);
+        Node& copy = out.nodes.back();
+        copy.num_nodes = node.num_nodes - node.num_leaves + node.num_leaves * inner_nodes;
+        copy.num_leaves = node.num_leaves * inner_leaves;
+    }
+    return WrapTreeDef(std::move(out));
+}
+
+PyObject* TreeDefTuple(PyObject* treedefs) {
+    Ref seq(PySequence_Tuple(treedefs));
+    if (!seq) return nullptr;
+    TreeDef out;
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq.get());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* td = PyTuple_GET_ITEM(seq.get(), i);
+        if (!IsTreeDef(td)) {
+            PyErr_Format(PyExc_TypeError, "Expected a PyTreeDef, got %R.", td);
+            return nullptr;
+        }
+        out.AppendRange(DefOf(td), 0, DefOf(td).num_nodes());
+    }
+    if (!MakeRootNode(reinterpret_cast<PyObject*>(&PyTuple_Type), Py_None, n, &out)) return nullptr;
+    return WrapTreeDef(std::move(out));
+}
+
+PyObject* FromNodeDataAndChildren(PyObject* node_data, PyObject* children) {
+    Ref seq(PySequence_Tuple(children));
+    if (!seq) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq.get());
+    TreeDef out;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* td = PyTuple_GET_ITEM(seq.get(), i);
+        if (!IsTreeDef(td)) {
+            PyErr_Format(PyExc_TypeError, "Expected a PyTreeDef child, got %R.", td);
+            return nullptr;
+        }
+        out.AppendRange(DefOf(td), 0, DefOf(td).num_nodes());
+    }
+    if (node_data == Py_None) {
+        if (n != 0) {
+            PyErr_SetString(PyExc_ValueError, "A leaf (node_data None) cannot have children.");
+            return nullptr;
+        }
+        Node leaf;
+        leaf.num_leaves = 1;
+        leaf.num_nodes = 1;
+        out.nodes.push_back(leaf);
+        return WrapTreeDef(std::move(out));
+    }
+    if (!PyTuple_Check(node_data) || PyTuple_GET_SIZE(node_data) != 2) {
+        PyErr_Format(PyExc_TypeError, "node_data must be None or a (type, data) tuple, got %R.",
+                     node_data);
+        return nullptr;
+    }
+    if (!MakeRootNode(PyTuple_GET_ITEM(node_data, 0), PyTuple_GET_ITEM(node_data, 1), n, &out)) {
+        return nullptr;
+    }
+    return WrapTreeDef(std::move(out));
+}
+
+PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject* leaves) {
+    Ref seq(PySequence_Tuple(leaves));
+    if (!seq) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(seq.get());
+    if (n != def.num_leaves()) {
+        if (n < def.num_leaves()) {
+            PyErr_Format(PyExc_ValueError, "Too few leaves for PyTreeDef; expected %zd, got %zd",
+                         def.num_leaves(), n);
+        } else {
+            PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.",
+                         def.num_leaves());
+        }
+        return nullptr;
+    }
+    std::vector<PyObject*> stack;
+    Py_ssize_t next = 0;
+    for (const Node& node : def.nodes) {
+        PyObject* value;
+        if (node.kind == NodeKind::kLeaf) {
+            PyObject* leaf = PyTuple_GET_ITEM(seq.get(), next++);
+            value = f_leaf ? PyObject_CallOneArg(f_leaf, leaf) : Py_NewRef(leaf);
+        } else {
+            PyObject* children = PyTuple_New(node.arity);
+            if (children == nullptr) {
+                DecrefAll(stack);
+                return nullptr;
+            }
+            for (Py_ssize_t k = 0; k < node.arity; ++k) {
+                PyTuple_SET_ITEM(children, k, stack[stack.size() - node.arity + k]);
+            }
+            stack.resize(stack.size() - node.arity);
+            PyObject* data = DataPart(def, node);
+            PyObject* args[2] = {children, data};
+            value = data ? PyObject_Vectorcall(f_node, args, 2, nullptr) : nullptr;
+            Py_DECREF(children);
+            Py_XDECREF(data);
+        }
+        if (value == nullptr) {
+            DecrefAll(stack);
+            return nullptr;
+        }
+        stack.push_back(value);
+    }
+    return stack.empty() ? Py_NewRef(Py_None) : stack.back();
+}
+
+// Rebuilds this structure from a tree of iterables: each node's children are read by iterating
+// the object at that position.
+static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* obj) {
+    const Node& node = def.nodes[index];
+    if (node.kind == NodeKind::kLeaf) return Py_NewRef(obj);
+    RecursionGuard guard(" in PyTreeDef.from_iterable_tree");
+    if (!guard.ok()) return nullptr;
+    Ref items(PySequence_Tuple(obj));
+    if (!items) return nullptr;
+    if (PyTuple_GET_SIZE(items.get()) != node.arity) {
+        PyErr_SetString(PyExc_ValueError, "Node arity mismatch.");
+        return nullptr;
+    }
+    std::vector<Py_ssize_t> roots;
+    def.ChildRoots(index, &roots);
+    std::vector<PyObject*> children;
+    children.reserve(roots.size());
+    for (size_t k = 0; k < roots.size(); ++k) {
+        PyObject* child = FromIterable(def, roots[k], PyTuple_GET_ITEM(items.get(), k));
+        if (child == nullptr) {
+            DecrefAll(children);
+            return nullptr;
+        }
+        children.push_back(child);
+    }
+    return BuildNode(def, node, children.data());
+}
+
+PyObject* FromIterableTree(const TreeDef& def, PyObject* obj) {
+    if (def.nodes.empty()) return Py_NewRef(Py_None);
+    return FromIterable(def, def.num_nodes() - 1, obj);
+}
+
+}  // namespace fastree

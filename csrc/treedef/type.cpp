@@ -1,0 +1,213 @@
+// The PyTreeDef Python type: slots, methods, and the GC protocol.
+#include <new>
+
+#include "pyutils.h"
+#include "treedef.h"
+// After Python.h (pulled in above): structmember.h relies on its types.
+#include <structmember.h>
+
+namespace fastree {
+
+PyTypeObject* g_PyTreeDef_Type = nullptr;
+
+namespace {
+
+PyObject* g_to_jax_hook = nullptr;  // owned; set by the JAX bridge
+
+PyTreeDefObject* Self(PyObject* o) { return reinterpret_cast<PyTreeDefObject*>(o); }
+
+bool CheckTreeDef(PyObject* obj, const char* what) {
+    if (IsTreeDef(obj)) return true;
+    PyErr_Format(PyExc_TypeError, "%s expects a fastree PyTreeDef, got %R.", what, obj);
+    return false;
+}
+
+// ---- GC: every reference the treedef owns is reported; clearing empties the treedef.
+
+int Traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    const TreeDef& def = Self(self)->def;
+    for (const Node& node : def.nodes) Py_VISIT(node.node_data);
+    for (PyObject* key : def.keys) Py_VISIT(key);
+    return 0;
+}
+
+int Clear(PyObject* self) {
+    Self(self)->def.Release();
+    Self(self)->hash = -1;
+    return 0;
+}
+
+void Dealloc(PyObject* self) {
+    PyTypeObject* tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (Self(self)->weakrefs != nullptr) PyObject_ClearWeakRefs(self);
+    Self(self)->def.~TreeDef();
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+// ---- protocol slots
+
+Py_hash_t HashSlot(PyObject* self) { return Hash(Self(self)); }
+
+PyObject* RichCompare(PyObject* a, PyObject* b, int op) {
+    if (!IsTreeDef(a) || !IsTreeDef(b) || (op != Py_EQ && op != Py_NE)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    int eq = Equal(DefOf(a), DefOf(b));
+    if (eq < 0) return nullptr;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+PyObject* ReprSlot(PyObject* self) { return Repr(DefOf(self)); }
+
+PyObject* GetNumLeaves(PyObject* self, void*) { return PyLong_FromSsize_t(DefOf(self).num_leaves()); }
+PyObject* GetNumNodes(PyObject* self, void*) { return PyLong_FromSsize_t(DefOf(self).num_nodes()); }
+
+// ---- methods
+
+PyObject* MUnflatten(PyObject* self, PyObject* leaves) { return UnflattenIterable(DefOf(self), leaves); }
+
+PyObject* MFlattenUpTo(PyObject* self, PyObject* tree) {
+    std::vector<PyObject*> out;
+    out.reserve(static_cast<size_t>(DefOf(self).num_leaves()));
+    if (!FlattenUpTo(DefOf(self), tree, &out)) {
+        DecrefAll(out);
+        return nullptr;
+    }
+    PyObject* list = StealIntoList(out);
+    if (list == nullptr) DecrefAll(out);
+    return list;
+}
+
+PyObject* MChildren(PyObject* self, PyObject*) { return Children(DefOf(self)); }
+
+PyObject* MCompose(PyObject* self, PyObject* inner) {
+    if (!CheckTreeDef(inner, "PyTreeDef.compose()")) return nullptr;
+    return Compose(DefOf(self), DefOf(inner));
+}
+
+PyObject* MNodeData(PyObject* self, PyObject*) {
+    const TreeDef& def = DefOf(self);
+    if (def.nodes.empty()) Py_RETURN_NONE;
+    return def.NodeData(def.nodes.back());
+}
+
+PyObject* MWalk(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "walk() takes 3 arguments (f_node, f_leaf, leaves), %zd given",
+                     nargs);
+        return nullptr;
+    }
+    return Walk(DefOf(self), args[0], OptionalArg(args[1]), args[2]);
+}
+
+PyObject* MFromIterableTree(PyObject* self, PyObject* tree) { return FromIterableTree(DefOf(self), tree); }
+
+// from_node_data_and_children(node_data, children), or JAX's spelling with a leading registry
+// argument (ignored: fastree has one registry).
+PyObject* MFromNodeDataAndChildren(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs == 3) return FromNodeDataAndChildren(args[1], args[2]);
+    if (nargs == 2) return FromNodeDataAndChildren(args[0], args[1]);
+    PyErr_Format(PyExc_TypeError,
+                 "from_node_data_and_children() takes (node_data, children), %zd arguments given",
+                 nargs);
+    return nullptr;
+}
+
+PyObject* MReduce(PyObject* self, PyObject*) { return Reduce(DefOf(self)); }
+
+PyObject* MToJax(PyObject* self, PyObject*) {
+    if (g_to_jax_hook == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
+        return nullptr;
+    }
+    return PyObject_CallOneArg(g_to_jax_hook, self);
+}
+
+PyMethodDef kMethods[] = {
+    {"unflatten", MUnflatten, METH_O,
+     "unflatten($self, leaves, /)\n--\n\nBuilds a tree of this structure from an iterable of "
+     "leaves."},
+    {"flatten_up_to", MFlattenUpTo, METH_O,
+     "flatten_up_to($self, tree, /)\n--\n\nFlattens `tree` up to this structure: the subtrees at "
+     "this treedef's leaf positions become the leaves."},
+    {"children", MChildren, METH_NOARGS,
+     "children($self, /)\n--\n\nThe treedefs of the root's children."},
+    {"compose", MCompose, METH_O,
+     "compose($self, inner, /)\n--\n\nThe treedef of this structure with `inner` at every leaf."},
+    {"node_data", MNodeData, METH_NOARGS,
+     "node_data($self, /)\n--\n\nNone for a leaf, else (type, data) of the root node."},
+    {"walk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(MWalk)), METH_FASTCALL,
+     "walk($self, f_node, f_leaf, leaves, /)\n--\n\nFolds the structure bottom-up: "
+     "f_leaf(leaf) at leaves, f_node(children_tuple, node_data) at nodes."},
+    {"from_iterable_tree", MFromIterableTree, METH_O,
+     "from_iterable_tree($self, tree, /)\n--\n\nRebuilds this structure from nested iterables."},
+    {"from_node_data_and_children",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(MFromNodeDataAndChildren)),
+     METH_FASTCALL | METH_STATIC,
+     "from_node_data_and_children(node_data, children)\n--\n\nThe inverse of node_data() and "
+     "children(). JAX's form with a leading registry argument is accepted too."},
+    {"to_jax", MToJax, METH_NOARGS,
+     "to_jax($self, /)\n--\n\nThe equal jax.tree_util.PyTreeDef."},
+    {"__reduce__", MReduce, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef kGetSet[] = {
+    {"num_leaves", GetNumLeaves, nullptr, "Number of leaves.", nullptr},
+    {"num_nodes", GetNumNodes, nullptr, "Number of nodes, leaves included.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyMemberDef kMembers[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PyTreeDefObject, weakrefs), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyType_Slot kSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Clear)},
+    {Py_tp_hash, reinterpret_cast<void*>(HashSlot)},
+    {Py_tp_richcompare, reinterpret_cast<void*>(RichCompare)},
+    {Py_tp_repr, reinterpret_cast<void*>(ReprSlot)},
+    {Py_tp_methods, kMethods},
+    {Py_tp_getset, kGetSet},
+    {Py_tp_members, kMembers},
+    {Py_tp_doc, const_cast<char*>(
+        "The structure of a pytree: node types, arities, dict keys and aux data, without the "
+        "leaves. Immutable, hashable and picklable.")},
+    {0, nullptr},
+};
+
+PyType_Spec kSpec = {
+    "fastree.PyTreeDef",
+    sizeof(PyTreeDefObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    kSlots,
+};
+
+}  // namespace
+
+PyTypeObject* CreateTreeDefType() {
+    g_PyTreeDef_Type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSpec));
+    return g_PyTreeDef_Type;
+}
+
+PyObject* WrapTreeDef(TreeDef&& def) {
+    PyTreeDefObject* self = PyObject_GC_New(PyTreeDefObject, g_PyTreeDef_Type);
+    if (self == nullptr) return nullptr;
+    new (&self->def) TreeDef(std::move(def));
+    self->hash = -1;
+    self->weakrefs = nullptr;
+    PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
+    return reinterpret_cast<PyObject*>(self);
+}
+
+void SetToJaxHook(PyObject* hook) { Py_XSETREF(g_to_jax_hook, Py_XNewRef(hook)); }
+PyObject* ToJaxHook() { return g_to_jax_hook; }
+
+}  // namespace fastree

@@ -1,0 +1,191 @@
+// Unflatten: (treedef, leaves) -> tree. Walks the post-order nodes with a value stack.
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+// Moves `n` owned references into a new tuple.
+PyObject* StealTuple(PyObject** items, Py_ssize_t n) {
+    PyObject* t = PyTuple_New(n);
+    if (t == nullptr) {
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(items[i]);
+        return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(t, i, items[i]);
+    return t;
+}
+
+// Fills `mapping` with keys[i] -> children[i] (children consumed).
+bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (PyObject_SetItem(mapping, keys[i], children[i]) < 0) {
+            for (Py_ssize_t j = i; j < n; ++j) Py_DECREF(children[j]);
+            return false;
+        }
+        Py_DECREF(children[i]);
+    }
+    return true;
+}
+
+PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** children, Py_ssize_t n) {
+    if (mapping == nullptr) {
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+        return nullptr;
+    }
+    if (!PyTuple_Check(keys_tuple) || PyTuple_GET_SIZE(keys_tuple) != n) {
+        PyErr_SetString(PyExc_ValueError, "fastree: corrupt mapping node data");
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+        Py_DECREF(mapping);
+        return nullptr;
+    }
+    if (!FillMapping(mapping, &PyTuple_GET_ITEM(keys_tuple, 0), children, n)) {
+        Py_DECREF(mapping);
+        return nullptr;
+    }
+    return mapping;
+}
+
+PyObject* BuildDataclass(const Node& node, PyObject** children) {
+    const Registration* reg = node.custom;
+    const Py_ssize_t n = node.arity;
+    PyObject* kwargs = PyDict_New();
+    bool ok = kwargs != nullptr;
+    const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
+    for (Py_ssize_t i = 0; ok && i < m; ++i) {
+        ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->meta_fields, i),
+                            PyTuple_GET_ITEM(node.node_data, i)) == 0;
+    }
+    for (Py_ssize_t i = 0; ok && i < n; ++i) {
+        ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->data_fields, i), children[i]) == 0;
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+    if (!ok) {
+        Py_XDECREF(kwargs);
+        return nullptr;
+    }
+    PyObject* empty = PyTuple_New(0);
+    PyObject* out = empty ? PyObject_Call(reg->type, empty, kwargs) : nullptr;
+    Py_XDECREF(empty);
+    Py_DECREF(kwargs);
+    return out;
+}
+
+}  // namespace
+
+PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
+    const Py_ssize_t n = node.arity;
+    switch (node.kind) {
+        case NodeKind::kLeaf:
+            PyErr_SetString(PyExc_SystemError, "fastree: BuildNode called on a leaf");
+            return nullptr;
+        case NodeKind::kNone:
+            return Py_NewRef(Py_None);
+        case NodeKind::kTuple:
+            return StealTuple(children, n);
+        case NodeKind::kList: {
+            PyObject* list = PyList_New(n);
+            if (list == nullptr) {
+                for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+                return nullptr;
+            }
+            for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, children[i]);
+            return list;
+        }
+        case NodeKind::kDict: {
+            PyObject* dict = _PyDict_NewPresized(n);
+            if (dict == nullptr) {
+                for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+                return nullptr;
+            }
+            // Insertion in sorted-key order, as JAX does: the rebuilt dict iterates sorted.
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                if (PyDict_SetItem(dict, def.keys[node.keys_begin + i], children[i]) < 0) {
+                    for (Py_ssize_t j = i; j < n; ++j) Py_DECREF(children[j]);
+                    Py_DECREF(dict);
+                    return nullptr;
+                }
+                Py_DECREF(children[i]);
+            }
+            return dict;
+        }
+        case NodeKind::kNamedTuple: {
+            PyObject* args = StealTuple(children, n);
+            if (args == nullptr) return nullptr;
+            PyObject* out = PyObject_Call(node.node_data, args, nullptr);
+            Py_DECREF(args);
+            return out;
+        }
+        case NodeKind::kOrderedDict:
+            return BuildMapping(PyObject_CallNoArgs(node.custom->type), node.node_data, children, n);
+        case NodeKind::kDefaultDict:
+            return BuildMapping(PyObject_CallOneArg(node.custom->type,
+                                                    PyTuple_GET_ITEM(node.node_data, 0)),
+                                PyTuple_GET_ITEM(node.node_data, 1), children, n);
+        case NodeKind::kDataclass:
+            return BuildDataclass(node, children);
+        case NodeKind::kCustom: {
+            PyObject* tuple = StealTuple(children, n);
+            if (tuple == nullptr) return nullptr;
+            PyObject* args[2] = {node.node_data, tuple};
+            PyObject* out = PyObject_Vectorcall(node.custom->unflatten, args, 2, nullptr);
+            Py_DECREF(tuple);
+            return out;
+        }
+    }
+    PyErr_SetString(PyExc_SystemError, "fastree: unknown node kind");
+    return nullptr;
+}
+
+PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
+    const Py_ssize_t expected = def.num_leaves();
+    if (n < expected) {
+        PyErr_Format(PyExc_ValueError, "Too few leaves for PyTreeDef; expected %zd, got %zd",
+                     expected, n);
+        return nullptr;
+    }
+    if (n > expected) {
+        PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.", expected);
+        return nullptr;
+    }
+    // Value stack of owned references; a node pops its `arity` children off the top.
+    std::vector<PyObject*> stack;
+    stack.reserve(static_cast<size_t>(n) + 8);
+    Py_ssize_t next_leaf = 0;
+    for (const Node& node : def.nodes) {
+        if (node.kind == NodeKind::kLeaf) {
+            stack.push_back(Py_NewRef(leaves[next_leaf++]));
+            continue;
+        }
+        PyObject** children = stack.data() + (stack.size() - node.arity);
+        PyObject* built = BuildNode(def, node, children);  // consumes the children
+        stack.resize(stack.size() - node.arity);
+        if (built == nullptr) {
+            DecrefAll(stack);
+            return nullptr;
+        }
+        stack.push_back(built);
+    }
+    if (stack.size() != 1) {
+        DecrefAll(stack);
+        PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (unbalanced node stack)");
+        return nullptr;
+    }
+    return stack[0];
+}
+
+PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
+    if (PyTuple_CheckExact(leaves)) {
+        return Unflatten(def, &PyTuple_GET_ITEM(leaves, 0), PyTuple_GET_SIZE(leaves));
+    }
+    // A list is snapshotted into a tuple: a custom unflatten function could mutate the caller's
+    // list while we hold a pointer into its item array.
+    PyObject* seq = PyList_CheckExact(leaves) ? PyList_AsTuple(leaves)
+        : PySequence_Tuple(leaves);
+    if (seq == nullptr) return nullptr;
+    PyObject* out = Unflatten(def, &PyTuple_GET_ITEM(seq, 0), PyTuple_GET_SIZE(seq));
+    Py_DECREF(seq);
+    return out;
+}
+
+}  // namespace fastree

@@ -1,0 +1,73 @@
+"""The bridge between fastree and JAX, in both directions.
+
+* JAX -> fastree: the core is handed JAX's Python-side registry dict, so a type registered only
+  with JAX (flax, equinox, optax, user code; before or after ``import fastree``) is found on first
+  use, and JAX's ``flatten_one_level_with_keys`` for the key paths of such types. The key classes
+  (``DictKey``, ...) are JAX's own, so ``isinstance`` checks in user code hold.
+* fastree -> JAX: every registration made through fastree is also made with JAX (see
+  ``_registration.py``), so ``jax.jit``/``grad``/``vmap`` accept fastree types; treedefs convert
+  both ways with :func:`to_jax` / :func:`from_jax`.
+* Errors: a tree_map structure mismatch is explained with JAX's own key-path message, computed
+  only on the error path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.tree_util as _jtu
+from jax._src import tree_util as _jax_internal
+
+from . import _core
+
+
+def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
+    """Converts a fastree treedef to the equal ``jax.tree_util.PyTreeDef``.
+
+    >>> import fastree
+    >>> fastree.tree_util.tree_structure({'a': (1, 2)}).to_jax()
+    PyTreeDef({'a': (*, *)})
+    """
+    node_data = treedef.node_data()
+    if node_data is None:
+        return _jtu.tree_structure(0)
+    children = [to_jax(child) for child in treedef.children()]
+    return _jtu.PyTreeDef.from_node_data_and_children(
+        _jtu.default_registry, node_data, children
+    )
+
+
+def from_jax(treedef: _jtu.PyTreeDef) -> _core.PyTreeDef:
+    """Converts a ``jax.tree_util.PyTreeDef`` to the equal fastree treedef.
+
+    >>> import jax, fastree
+    >>> fastree.from_jax(jax.tree_util.tree_structure([1, None]))
+    PyTreeDef([*, None])
+    """
+    if not isinstance(treedef, _jtu.PyTreeDef):
+        raise TypeError(f"from_jax() expects a jax.tree_util.PyTreeDef, got {treedef!r}.")
+    node_data = treedef.node_data()
+    children = [from_jax(child) for child in treedef.children()]
+    return _core.PyTreeDef.from_node_data_and_children(node_data, children)
+
+
+def _map_error(tree: Any, other: Any, is_leaf: Any, name: str) -> BaseException | None:
+    """JAX's explanation of why ``other`` does not have ``tree``'s structure, or None."""
+    try:
+        errors = _jax_internal.prefix_errors(tree, other, is_leaf)
+    except Exception:  # the original, terser error is still raised by the caller
+        return None
+    return errors[0](name) if errors else None
+
+
+def install() -> None:
+    _core.install_jax_bridge(
+        jax_registry=_jax_internal._registry,
+        flatten_one_level_with_keys=_jtu.default_registry.flatten_one_level_with_keys,
+        DictKey=_jtu.DictKey,
+        SequenceKey=_jtu.SequenceKey,
+        GetAttrKey=_jtu.GetAttrKey,
+        FlattenedIndexKey=_jtu.FlattenedIndexKey,
+        to_jax=to_jax,
+        map_error=_map_error,
+    )

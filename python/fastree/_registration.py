@@ -1,0 +1,138 @@
+"""Registering custom pytree nodes.
+
+Each function registers the type with JAX first (so JAX validates the call and raises its own
+errors, e.g. for a duplicate registration, and so ``jax.jit``/``grad``/``vmap`` accept the type)
+and then with fastree's core, which flattens it without going back through JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import jax.tree_util as _jtu
+
+from . import _core
+
+T = TypeVar("T")
+Typ = TypeVar("Typ", bound=type[Any])
+H = TypeVar("H")
+
+
+def register_pytree_node(
+    nodetype: type[T],
+    flatten_func: Callable[[T], tuple[Iterable[Any], Any]],
+    unflatten_func: Callable[[Any, Iterable[Any]], T],
+    flatten_with_keys_func: Callable[[T], tuple[Iterable[tuple[Any, Any]], Any]] | None = None,
+) -> None:
+    """Makes ``nodetype`` a pytree node (in fastree and in JAX).
+
+    >>> import fastree.tree_util as tu
+    >>> class Pair:
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
+    >>> tu.register_pytree_node(Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c))
+    >>> tu.tree_leaves(Pair(1, [2, 3]))
+    [1, 2, 3]
+    """
+    _jtu.register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func)
+    _core.register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func)
+
+
+def register_pytree_with_keys(
+    nodetype: type[T],
+    flatten_with_keys: Callable[[T], tuple[Iterable[tuple[Any, Any]], Any]],
+    unflatten_func: Callable[[Any, Iterable[Any]], T],
+    flatten_func: Callable[[T], tuple[Iterable[Any], Any]] | None = None,
+) -> None:
+    """Like :func:`register_pytree_node`, with a flatten function that also returns keys.
+
+    Without ``flatten_func``, fastree's core strips the keys itself (no Python wrapper).
+
+    >>> import fastree.tree_util as tu
+    >>> class Box:
+    ...     def __init__(self, x):
+    ...         self.x = x
+    >>> tu.register_pytree_with_keys(
+    ...     Box, lambda b: (((tu.GetAttrKey('x'), b.x),), None), lambda _, c: Box(*c))
+    >>> tu.tree_leaves_with_path(Box(7))
+    [((GetAttrKey(name='x'),), 7)]
+    """
+    _jtu.register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatten_func)
+    _core.register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+
+
+def register_pytree_node_class(cls: Typ) -> Typ:
+    """Class decorator: registers ``cls`` using its ``tree_flatten``/``tree_unflatten``."""
+    register_pytree_node(cls, operator.methodcaller("tree_flatten"), cls.tree_unflatten)
+    return cls
+
+
+def register_pytree_with_keys_class(cls: Typ) -> Typ:
+    """Class decorator: registers ``cls`` using ``tree_flatten_with_keys``/``tree_unflatten``."""
+    flatten_func = (
+        operator.methodcaller("tree_flatten") if hasattr(cls, "tree_flatten") else None
+    )
+    register_pytree_with_keys(
+        cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten, flatten_func
+    )
+    return cls
+
+
+def _dataclass_fields(
+    nodetype: type[Any], data_fields: Sequence[str] | None, meta_fields: Sequence[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # JAX has already validated the arguments; only the defaults need resolving here.
+    if data_fields is None or meta_fields is None:
+        fields = dataclasses.fields(nodetype)
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+    return tuple(data_fields), tuple(meta_fields)
+
+
+def register_dataclass(
+    nodetype: Typ,
+    data_fields: Sequence[str] | None = None,
+    meta_fields: Sequence[str] | None = None,
+    drop_fields: Sequence[str] = (),
+) -> Typ:
+    """Registers a dataclass-like type; its fields are read and set in C++ (no Python callback).
+
+    >>> import dataclasses, fastree.tree_util as tu
+    >>> @tu.register_dataclass
+    ... @dataclasses.dataclass
+    ... class Layer:
+    ...     w: float
+    ...     name: str = dataclasses.field(default='l0', metadata=dict(static=True))
+    >>> tu.tree_flatten(Layer(1.5))
+    ([1.5], PyTreeDef(CustomNode(Layer[('l0',)], [*])))
+    """
+    _jtu.register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
+    data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
+    _core.register_dataclass_node(nodetype, data, meta)
+    return nodetype
+
+
+def _static_flatten(obj: Any) -> tuple[tuple[()], Any]:
+    return (), obj
+
+
+def _static_unflatten(obj: Any, _children: Iterable[Any]) -> Any:
+    return obj
+
+
+def register_static(cls: type[H]) -> type[H]:
+    """Registers ``cls`` as a node with no children: instances live in the treedef (static).
+
+    >>> import fastree.tree_util as tu
+    >>> @tu.register_static
+    ... class Mode(str):
+    ...     pass
+    >>> tu.tree_leaves([1, Mode('train')])
+    [1]
+    """
+    _jtu.register_static(cls)
+    _core.register_node(cls, _static_flatten, _static_unflatten, _static_flatten)
+    return cls
