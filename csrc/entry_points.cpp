@@ -6,6 +6,7 @@
 #include "entry_points.h"
 
 #include "pyutils.h"
+#include "scratch.h"
 #include "treedef.h"
 
 namespace fastree {
@@ -28,8 +29,10 @@ enum class Want { kLeaves, kStructure, kBoth };
 
 PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
     TreeDef def;
-    std::vector<PyObject*> leaves;
-    std::vector<PyObject*> paths;
+    ScratchVector leaves_buf;
+    ScratchVector paths_buf;
+    std::vector<PyObject*>& leaves = leaves_buf.get();
+    std::vector<PyObject*>& paths = paths_buf.get();
     const bool need_def = want != Want::kLeaves;
     if (!Flatten(tree, is_leaf, takes_path, need_def ? &def : nullptr, &leaves,
                  with_path ? &paths : nullptr)) {
@@ -50,9 +53,14 @@ PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool wit
         Py_DECREF(list);
         return nullptr;
     }
-    PyObject* pair = PyTuple_Pack(2, list, td);
-    Py_DECREF(list);
-    Py_DECREF(td);
+    PyObject* pair = PyTuple_New(2);
+    if (pair == nullptr) {
+        Py_DECREF(list);
+        Py_DECREF(td);
+        return nullptr;
+    }
+    PyTuple_SET_ITEM(pair, 0, list);  // steals
+    PyTuple_SET_ITEM(pair, 1, td);
     return pair;
 }
 

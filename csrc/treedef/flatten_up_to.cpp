@@ -5,6 +5,7 @@
 // vector, is popped next. Error texts are JAX's, since libraries match on them.
 #include <algorithm>
 
+#include "dict_items.h"
 #include "pyutils.h"
 #include "treedef.h"
 
@@ -37,32 +38,6 @@ std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
     return s;
 }
 
-// Sorted keys of a dict as a new list (JAX's order), or null with ValueError for unsortable keys.
-PyObject* SortedKeys(PyObject* dict) {
-    PyObject* keys = PyDict_Keys(dict);
-    if (keys == nullptr) return nullptr;
-    if (PyList_Sort(keys) < 0) {
-        Py_DECREF(keys);
-        RaiseFromCurrent(PyExc_ValueError,
-                         "Comparator raised exception while sorting pytree dictionary keys.");
-        return nullptr;
-    }
-    return keys;
-}
-
-bool KeysEqual(PyObject* const* a, PyObject* const* b, Py_ssize_t n, bool* equal) {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        int eq = PyObject_RichCompareBool(a[i], b[i], Py_EQ);
-        if (eq < 0) return false;
-        if (!eq) {
-            *equal = false;
-            return true;
-        }
-    }
-    *equal = true;
-    return true;
-}
-
 class PrefixWalker {
  public:
     PrefixWalker(const TreeDef& def, std::vector<PyObject*>* out) : def_(def), out_(out) {}
@@ -74,8 +49,13 @@ class PrefixWalker {
         for (Py_ssize_t i = def_.num_nodes() - 1; i >= 0; --i) {
             PyObject* obj = agenda_.back();
             agenda_.pop_back();
-            bool ok = Step(def_.nodes[i], obj);
-            if (!ok) return false;
+            const Node& node = def_.nodes[i];
+            if (!Step(node, obj)) return false;
+            if (leaf_children_done_) {
+                // Step emitted the children straight into the output: skip their leaf nodes.
+                leaf_children_done_ = false;
+                i -= node.arity;
+            }
         }
         std::reverse(out_->begin() + static_cast<std::ptrdiff_t>(out_begin), out_->end());
         return true;
@@ -104,7 +84,7 @@ class PrefixWalker {
                                 "Tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
                                     " != " + std::to_string(n) + "; tuple: " + Str(obj) + ".");
                 }
-                PushSequence(&PyTuple_GET_ITEM(obj, 0), n);
+                PushSequence(node, &PyTuple_GET_ITEM(obj, 0), n);
                 return true;
             case NodeKind::kList:
                 if (!PyList_CheckExact(obj)) {
@@ -115,7 +95,7 @@ class PrefixWalker {
                                 "List arity mismatch: " + std::to_string(PyList_GET_SIZE(obj)) +
                                     " != " + std::to_string(n) + "; list: " + Str(obj) + ".");
                 }
-                PushSequence(&PyList_GET_ITEM(obj, 0), n);
+                PushSequence(node, &PyList_GET_ITEM(obj, 0), n);
                 return true;
             case NodeKind::kDict:
                 return StepDict(node, obj);
@@ -130,37 +110,58 @@ class PrefixWalker {
         return Fail(PyExc_SystemError, "fastree: unknown node kind");
     }
 
-    void PushSequence(PyObject* const* items, Py_ssize_t n) {
+    void PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
+        if (AllChildrenAreLeaves(node)) {
+            // Fast path (parameter lists, flat lists): the output is built reversed, so emit
+            // the children last-first without a round trip through the agenda.
+            for (Py_ssize_t i = n - 1; i >= 0; --i) out_->push_back(Py_NewRef(items[i]));
+            leaf_children_done_ = true;
+            return;
+        }
         for (Py_ssize_t i = 0; i < n; ++i) agenda_.push_back(Py_NewRef(items[i]));
+    }
+
+    static bool AllChildrenAreLeaves(const Node& node) {
+        return node.num_leaves == node.arity && node.num_nodes == node.arity + 1;
     }
 
     bool StepDict(const Node& node, PyObject* obj) {
         if (!PyDict_CheckExact(obj)) {
             return Fail(PyExc_ValueError, "Expected dict, got " + Str(obj) + ".");
         }
-        Ref keys(SortedKeys(obj));
-        if (!keys) return false;
-        const PyObject* const* expected = &def_.keys[node.keys_begin];
+        Items items;
+        if (!GatherDictItems(obj, items)) return false;
         const Py_ssize_t n = node.arity;
-        bool equal = PyList_GET_SIZE(keys.get()) == n;
-        if (equal && !KeysEqual(const_cast<PyObject* const*>(expected),
-                                &PyList_GET_ITEM(keys.get(), 0), n, &equal)) {
-            return false;
-        }
-        if (!equal) {
-            return Fail(PyExc_ValueError,
-                        "Dict key mismatch; expected keys: " +
-                            KeyListStr(const_cast<PyObject* const*>(expected), n) +
-                            "; present keys: " + Str(keys.get()) + ".");
-        }
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* value = PyDict_GetItemWithError(obj, PyList_GET_ITEM(keys.get(), i));
-            if (value == nullptr) {
-                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys.get(), i));
+        PyObject* const* expected = &def_.keys[node.keys_begin];
+        bool equal = static_cast<Py_ssize_t>(items.size()) == n;
+        for (Py_ssize_t i = 0; equal && i < n; ++i) {
+            PyObject* got = items[static_cast<size_t>(i)].key;
+            if (got == expected[i]) continue;  // same (usually interned) key object
+            int eq = PyObject_RichCompareBool(expected[i], got, Py_EQ);
+            if (eq < 0) {
+                ReleaseItems(items, 0);
                 return false;
             }
-            agenda_.push_back(Py_NewRef(value));
+            equal = eq != 0;
         }
+        if (!equal) {
+            std::vector<PyObject*> present;
+            for (size_t i = 0; i < items.size(); ++i) present.push_back(items[i].key);
+            std::string message = "Dict key mismatch; expected keys: " + KeyListStr(expected, n) +
+                                  "; present keys: " +
+                                  KeyListStr(present.data(), static_cast<Py_ssize_t>(present.size())) +
+                                  ".";
+            ReleaseItems(items, 0);
+            return Fail(PyExc_ValueError, message);
+        }
+        if (AllChildrenAreLeaves(node)) {
+            for (size_t i = items.size(); i-- > 0;) out_->push_back(items[i].value);
+            leaf_children_done_ = true;
+        } else {
+            for (size_t i = 0; i < items.size(); ++i) agenda_.push_back(items[i].value);
+        }
+        for (size_t i = 0; i < items.size(); ++i) Py_DECREF(items[i].key);  // values moved
+        items.clear();
         return true;
     }
 
@@ -177,7 +178,7 @@ class PrefixWalker {
             return Fail(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
                                               TypeStr(node.node_data) + ", tuple: " + Str(obj) + ".");
         }
-        PushSequence(&PyTuple_GET_ITEM(obj, 0), node.arity);
+        PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
         return true;
     }
 
@@ -228,6 +229,7 @@ class PrefixWalker {
     const TreeDef& def_;
     std::vector<PyObject*>* out_;
     std::vector<PyObject*> agenda_;
+    bool leaf_children_done_ = false;  // set by a Step that emitted its leaf children itself
 };
 
 }  // namespace

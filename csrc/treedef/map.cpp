@@ -2,6 +2,7 @@
 // call f once per leaf position, unflatten. Same call order as JAX (all f calls happen before
 // any node is rebuilt), but without a Python generator, zip, or intermediate lists.
 #include "pyutils.h"
+#include "scratch.h"
 #include "treedef.h"
 
 namespace fastree {
@@ -40,11 +41,14 @@ void SetMapErrorHook(PyObject* hook) { Py_XSETREF(g_map_error_hook, Py_XNewRef(h
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
               PyObject* is_leaf, bool with_path, bool is_leaf_takes_path) {
     TreeDef def;
-    std::vector<PyObject*> leaves;
-    std::vector<PyObject*> paths;  // (path, leaf) pairs when with_path
+    ScratchVector leaves_buf;
+    ScratchVector paths_buf;
+    ScratchVector results_buf;
+    std::vector<PyObject*>& leaves = leaves_buf.get();
+    std::vector<PyObject*>& paths = paths_buf.get();  // (path, leaf) pairs when with_path
     // columns[j] holds the leaves of rest[j], cut to the first tree's structure.
     std::vector<std::vector<PyObject*>> columns(static_cast<size_t>(num_rest));
-    std::vector<PyObject*> results;
+    std::vector<PyObject*>& results = results_buf.get();
     PyObject* out = nullptr;
     auto cleanup = [&] {
         DecrefAll(leaves);

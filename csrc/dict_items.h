@@ -1,0 +1,93 @@
+// Gathering a dict's items in JAX's order (sorted keys), shared by flatten and flatten_up_to.
+#pragma once
+
+#include <Python.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "pyutils.h"
+#include "small_vector.h"
+
+namespace fastree {
+
+// An owned (key, value) pair gathered from a dict before recursing, so a callback that mutates
+// the dict cannot free what we are about to visit.
+struct Item {
+    PyObject* key;
+    PyObject* value;
+};
+using Items = SmallVector<Item, 8>;
+
+inline void ReleaseItems(Items& items, size_t from) {
+    for (size_t i = from; i < items.size(); ++i) {
+        Py_XDECREF(items[i].key);
+        Py_XDECREF(items[i].value);
+    }
+    items.clear();
+}
+
+// Sorts dict items by key as Python's sorted() would. Exact-str keys (nearly every parameter
+// tree) compare in C without calling __lt__; anything else goes through list.sort so mixed or
+// exotic keys behave exactly as in JAX, including its error for unorderable keys.
+inline bool SortItems(PyObject* dict, Items& items) {
+    const size_t n = items.size();
+    if (n < 2) return true;
+    bool all_str = true;
+    for (size_t i = 0; i < n; ++i) {
+        if (!PyUnicode_CheckExact(items[i].key)) {
+            all_str = false;
+            break;
+        }
+    }
+    if (all_str) {
+        std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+            return PyUnicode_Compare(a.key, b.key) < 0;
+        });
+        return true;
+    }
+    PyObject* keys = PyList_New(static_cast<Py_ssize_t>(n));
+    if (keys == nullptr) return false;
+    for (size_t i = 0; i < n; ++i) {
+        PyList_SET_ITEM(keys, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
+    }
+    if (PyList_Sort(keys) < 0) {
+        Py_DECREF(keys);
+        RaiseFromCurrent(PyExc_ValueError,
+                         "Comparator raised exception while sorting pytree dictionary keys.");
+        return false;
+    }
+    // Re-pair values with the sorted keys.
+    Items sorted;
+    for (size_t i = 0; i < n; ++i) {
+        PyObject* key = PyList_GET_ITEM(keys, static_cast<Py_ssize_t>(i));
+        PyObject* value = PyDict_GetItemWithError(dict, key);
+        if (value == nullptr) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+            ReleaseItems(sorted, 0);
+            Py_DECREF(keys);
+            return false;
+        }
+        sorted.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
+    }
+    Py_DECREF(keys);
+    ReleaseItems(items, 0);
+    items = std::move(sorted);
+    return true;
+}
+
+inline bool GatherDictItems(PyObject* dict, Items& items) {
+    PyObject* key;
+    PyObject* value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        items.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
+    }
+    if (!SortItems(dict, items)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
+}
+
+}  // namespace fastree
