@@ -1,9 +1,11 @@
-// tree_map and tree_map_with_path: flatten the first tree, cut the others to its structure,
-// call f once per leaf position, unflatten. Same call order as JAX (all f calls happen before
-// any node is rebuilt), but without a Python generator, zip, or intermediate lists.
+// tree_map and tree_map_with_path: flatten the first tree, cut the others to its structure, call f
+// once per leaf position, unflatten. The call order is JAX's (flatten callbacks, then every f
+// call, then every unflatten callback: JAX materialises its generator before building), without
+// JAX's Python generator, zip and intermediate lists.
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
+#include "unflatten_with.h"
 
 namespace fastree {
 namespace {
@@ -86,7 +88,12 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
         }
         results.push_back(r);
     }
-    out = Unflatten(def, results.data(), static_cast<Py_ssize_t>(results.size()));
+    // The results' references move into the tree being built.
+    out = UnflattenWith(def, [&](Py_ssize_t i) -> PyObject* {
+        PyObject* r = results[i];
+        results[i] = nullptr;
+        return r;
+    });
     cleanup();
     return out;
 }

@@ -1,6 +1,7 @@
 // Unflatten: (treedef, leaves) -> tree. Walks the post-order nodes with a value stack.
 #include "pyutils.h"
 #include "treedef.h"
+#include "unflatten_with.h"
 
 namespace fastree {
 namespace {
@@ -148,30 +149,7 @@ PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
         PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.", expected);
         return nullptr;
     }
-    // Value stack of owned references; a node pops its `arity` children off the top.
-    std::vector<PyObject*> stack;
-    stack.reserve(static_cast<size_t>(n) + 8);
-    Py_ssize_t next_leaf = 0;
-    for (const Node& node : def.nodes) {
-        if (node.kind == NodeKind::kLeaf) {
-            stack.push_back(Py_NewRef(leaves[next_leaf++]));
-            continue;
-        }
-        PyObject** children = stack.data() + (stack.size() - node.arity);
-        PyObject* built = BuildNode(def, node, children);  // consumes the children
-        stack.resize(stack.size() - node.arity);
-        if (built == nullptr) {
-            DecrefAll(stack);
-            return nullptr;
-        }
-        stack.push_back(built);
-    }
-    if (stack.size() != 1) {
-        DecrefAll(stack);
-        PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (unbalanced node stack)");
-        return nullptr;
-    }
-    return stack[0];
+    return UnflattenWith(def, [leaves](Py_ssize_t i) { return Py_NewRef(leaves[i]); });
 }
 
 PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {

@@ -1,0 +1,44 @@
+// The unflatten loop, parameterised by where leaf i comes from: a leaf list (unflatten) or a call
+// of the mapped function (tree_map). Leaves are requested in order as their position is reached,
+// interleaved with node construction, which is the order JAX's generator-fed unflatten has.
+#pragma once
+
+#include "pyutils.h"
+#include "scratch.h"
+#include "treedef.h"
+
+namespace fastree {
+
+// `leaf(i)` returns a new reference to leaf i, or null with a Python error set.
+template <class LeafSource>
+PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
+    // Value stack of owned references; a node pops its `arity` children off the top.
+    ScratchVector stack_buf;
+    std::vector<PyObject*>& stack = stack_buf.get();
+    Py_ssize_t next_leaf = 0;
+    for (const Node& node : def.nodes) {
+        PyObject* built;
+        if (node.kind == NodeKind::kLeaf) {
+            built = leaf(next_leaf++);
+        } else {
+            PyObject** children = stack.data() + (stack.size() - node.arity);
+            built = BuildNode(def, node, children);  // consumes the children
+            stack.resize(stack.size() - node.arity);
+        }
+        if (built == nullptr) {
+            DecrefAll(stack);
+            return nullptr;
+        }
+        stack.push_back(built);
+    }
+    if (stack.size() != 1) {
+        DecrefAll(stack);
+        PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (unbalanced node stack)");
+        return nullptr;
+    }
+    PyObject* root = stack[0];
+    stack.clear();
+    return root;
+}
+
+}  // namespace fastree
