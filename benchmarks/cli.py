@@ -1,0 +1,78 @@
+"""Command-line options of ``python -m benchmarks``.
+
+This module must not import JAX (directly or through another benchmarks module): ``__main__`` reads
+the options first so it can set XLA_FLAGS for the sharded leaves before JAX initialises
+its backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+LEAF_KINDS = ("numpy", "jax", "sharded")
+"""numpy arrays; jax arrays on --device; jax arrays sharded over 8 host (CPU) devices."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Time fastree against jax.tree_util, optree, dm-tree and torch's pytree.",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench_out"),
+        help="directory for results.json, report.md and chart.png (default: bench_out/)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short repeats, fewer of them: the whole run takes under 2 minutes on 2 cores",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="OP/TREE",
+        help="run only cases matching this glob on op and tree names, e.g. 'flatten/transformer*'; "
+        "a pattern without '/' matches either name; repeat or comma-separate for several",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="where jax-array leaves live (gpu cases are skipped with a note when JAX has no GPU)",
+    )
+    parser.add_argument(
+        "--leaves",
+        default=None,
+        metavar="KIND[,KIND]",
+        help=f"leaf kinds to run, from {', '.join(LEAF_KINDS)} (default: numpy; the full run also "
+        "runs jax arrays on the transformer trees)",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="fastree",
+        metavar="LIBRARY",
+        help="library the ratios are computed against (default: fastree)",
+    )
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help="after a full, unfiltered run, copy the report and chart into benchmarks/RESULTS.md "
+        "and benchmarks/results_chart.png",
+    )
+    args = parser.parse_args(argv)
+    args.only = [p.strip() for chunk in args.only for p in chunk.split(",") if p.strip()]
+    if args.leaves is not None:
+        kinds = [k.strip() for k in args.leaves.split(",") if k.strip()]
+        unknown = sorted(set(kinds) - set(LEAF_KINDS))
+        if unknown:
+            parser.error(f"unknown leaf kind(s) {unknown}; choose from {list(LEAF_KINDS)}")
+        args.leaves = kinds
+    if args.write_results and (args.quick or args.only):
+        # RESULTS.md is the published comparison; a partial or quick run must not replace it.
+        parser.error("--write-results needs a full run: drop --quick and --only")
+    return args

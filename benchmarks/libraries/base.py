@@ -1,0 +1,60 @@
+"""What a library adapter hands the suite: its tree functions under one calling convention.
+
+Each field holds the library's own callable wherever its signature already fits, so the timed call
+is the library call and not a wrapper of ours. A small adapter function appears only where the
+library's argument order differs, with a comment there, because it adds ~50 ns to every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.trees import TreeCase
+
+Fn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class TreeApi:
+    """One library's functions, bound for one tree; None means the op is not expressible there."""
+
+    flatten: Fn | None = None
+    """tree -> (leaves, treedef), or the library's nearest equivalent (dm-tree: leaves only)."""
+    leaves: Fn | None = None
+    """tree -> list of leaves. The correctness guard compares this with JAX's."""
+    structure: Fn | None = None
+    """tree -> treedef."""
+    treedef_of: Fn | None = None
+    """Untimed setup: tree -> what unflatten and flatten_up_to take (dm-tree: the tree itself)."""
+    unflatten: Fn | None = None
+    """(treedef, leaves) -> tree."""
+    tree_map: Fn | None = None
+    """(f, tree, *rest) -> tree."""
+    flatten_with_path: Fn | None = None
+    """tree -> the library's (path, leaf) listing."""
+    map_with_path: Fn | None = None
+    """(f(path, *xs), tree, *rest) -> tree."""
+    bind_flatten_up_to: Fn | None = None
+    """Untimed setup: treedef -> callable(tree) -> leaves (JAX: bound treedef.flatten_up_to)."""
+    all_leaves: Fn | None = None
+    """iterable -> bool, True when every element is a leaf."""
+    copy: Fn | None = None
+    """tree -> tree: unflatten of flatten, written as the library's users write it."""
+    split_merge: Fn | None = None
+    """() -> graph: identity-preserving flatten + unflatten of the case's graph, pre-bound."""
+    notes: Mapping[str, str] = field(default_factory=dict)
+    """op -> why that op is None here."""
+
+
+@dataclass(frozen=True)
+class Library:
+    """A library that imported: its name in results, version, the ops it takes part in."""
+
+    name: str
+    version: str
+    ops: frozenset[str]
+    api_for: Callable[[TreeCase], TreeApi]
+    """TreeCase -> TreeApi; raises Unsupported when the library cannot express that tree at all."""

@@ -1,0 +1,48 @@
+"""The plain-text table printed to stdout at the end of a run."""
+
+from __future__ import annotations
+
+from benchmarks.report.format import format_ratio, format_value
+from benchmarks.report.grid import tree_blocks
+from benchmarks.results import RunResult
+
+
+def render_table(result: RunResult) -> str:
+    """Per tree: one line per op; each library's median time per call and, in parentheses, its
+    time divided by the baseline's (> 1: the baseline is faster). ns/leaf is the baseline's."""
+    blocks = tree_blocks(result)
+    if not blocks:
+        return "no results\n"
+    op_width = max(len(line.op) for block in blocks for line in block.lines)
+    cell_width = 20
+    if any(row.ratio is not None for row in result.rows):
+        heading = (
+            f"times per call (median); (x) = time / {result.baseline}'s time, > 1 means "
+            f"{result.baseline} is faster"
+        )
+    else:
+        heading = f"times per call (median); no ratios: {result.baseline} did not run"
+    out = [heading]
+    for block in blocks:
+        tree = block.tree
+        out.append("")
+        out.append(
+            f"== {tree.name}: {tree.num_leaves:,} leaves, {tree.num_nodes:,} nodes, "
+            f"leaves: {tree.leaf_kind}"
+        )
+        out.append(
+            f"{'op':<{op_width}}  {'ns/leaf':>9}  "
+            + "  ".join(f"{name:>{cell_width}}" for name in block.libraries)
+        )
+        for line in block.lines:
+            cells = []
+            for name in block.libraries:
+                row = line.cells.get(name)
+                if row is None:
+                    cells.append(f"{'-':>{cell_width}}")
+                    continue
+                ratio = f" ({format_ratio(row.ratio)})" if row.ratio is not None else ""
+                cells.append(f"{format_value(row.median, row.unit) + ratio:>{cell_width}}")
+            per_leaf = "" if line.per_leaf_ns is None else f"{line.per_leaf_ns:.2f}"
+            out.append(f"{line.op:<{op_width}}  {per_leaf:>9}  " + "  ".join(cells))
+    return "\n".join(out) + "\n"

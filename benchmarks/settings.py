@@ -1,0 +1,56 @@
+"""What a quick run and a full run measure, and for how long.
+
+Budget reasoning (2 cores): a full run is 16 tree/leaf combinations x 13 ops x 4 libraries
+~ 830 timed cells. At 11 repeats of ~40 ms plus calibration that is ~0.55 s per cell, ~8 minutes,
+plus dm-tree's slow calls on the big trees and ~1 minute of memory probes: ~10 minutes.
+A quick run uses ~2 ms repeats and 3 of them, which keeps the whole run (imports, tree building,
+the 16k-leaf and 100k-leaf trees included) under 2 minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str
+    """"quick" or "full"; recorded in results.json and the report."""
+    target_ns: int
+    """Each repeat runs the call in a loop sized to take about this long."""
+    repeats: int
+    """Timed repeats per library per case; median and min are reported."""
+    memory_copies_nodes: int
+    """The treedef-memory probe builds enough treedefs to hold about this many nodes in total."""
+    memory_rounds: int
+    """Memory probes per library (median reported), interleaved across libraries."""
+    extra_leaf_kinds: dict[str, tuple[str, ...]]
+    """Leaf kinds run on top of numpy for some trees when --leaves is not given."""
+
+
+QUICK = Settings(
+    mode="quick",
+    target_ns=2_000_000,
+    repeats=3,
+    memory_copies_nodes=100_000,
+    memory_rounds=1,
+    extra_leaf_kinds={},
+)
+
+FULL = Settings(
+    mode="full",
+    target_ns=40_000_000,
+    repeats=11,
+    memory_copies_nodes=1_000_000,
+    memory_rounds=3,
+    # Training code mostly holds jax arrays; the transformer trees show if the leaf type matters.
+    extra_leaf_kinds={
+        "transformer-12": ("jax",),
+        "transformer-50": ("jax",),
+        "transformer-1000": ("jax",),
+    },
+)
+
+
+def settings_for(quick: bool) -> Settings:
+    return QUICK if quick else FULL
