@@ -1,6 +1,9 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry.h"
 
+#include "keys.h"
+#include "treedef.h"
+
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -26,9 +29,15 @@ struct State {
     std::vector<std::unique_ptr<Registration>> all;
     // Types registered through fastree (plus collections.OrderedDict / defaultdict).
     std::unordered_map<PyTypeObject*, const Registration*> registered;
-    // Memo of ClassifySlow results. Holds an owned reference to each type so a freed type's
-    // address can never be reused by a new class that would inherit a stale answer.
-    std::unordered_map<PyTypeObject*, const Registration*> memo;
+    // Memo of ClassifySlow results. Each entry holds a weak reference to its type whose callback
+    // erases the entry when the type dies: the memo never keeps a class alive, and a new class
+    // allocated at a dead one's address can never inherit its stale answer.
+    struct MemoEntry {
+        const Registration* reg;
+        PyObject* weakref;  // owned; null for types that cannot be weakly referenced
+    };
+    std::unordered_map<PyTypeObject*, MemoEntry> memo;
+    PyObject* on_type_death = nullptr;  // owned: the weakref callback (a builtin function)
     Py_ssize_t memo_jax_size = -1;
     PyObject* jax_registry = nullptr;            // owned
     PyObject* jax_flatten_with_keys = nullptr;   // owned
@@ -47,7 +56,39 @@ void DropMemo() {
     auto old = std::move(s.memo);
     s.memo.clear();
     g_memo = Memo{};
-    for (auto& entry : old) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
+    for (auto& entry : old) Py_XDECREF(entry.second.weakref);
+}
+
+// Weakref callback: a memoised type died; forget it (and the one-entry memo if it was there).
+PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
+    State& s = S();
+    for (auto it = s.memo.begin(); it != s.memo.end(); ++it) {
+        if (it->second.weakref == weakref) {
+            if (g_memo.type == it->first) g_memo = Memo{};
+            s.memo.erase(it);
+            Py_DECREF(weakref);
+            break;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+PyMethodDef kOnTypeDeathDef = {"_forget_type", OnTypeDeath, METH_O, nullptr};
+
+// A weak reference to `t` that erases its memo entry on death; null (no error) if `t` does not
+// support weak references, in which case the entry holds a strong reference instead.
+PyObject* WatchType(PyTypeObject* t) {
+    State& s = S();
+    if (s.on_type_death == nullptr) {
+        s.on_type_death = PyCFunction_New(&kOnTypeDeathDef, nullptr);
+        if (s.on_type_death == nullptr) {
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    PyObject* ref = PyWeakref_NewRef(reinterpret_cast<PyObject*>(t), s.on_type_death);
+    if (ref == nullptr) PyErr_Clear();
+    return ref;
 }
 
 bool IsNamedTupleType(PyTypeObject* t) {
@@ -108,11 +149,16 @@ const Registration* ClassifySlow(PyTypeObject* t) {
     const Registration* reg;
     auto it = s.memo.find(t);
     if (it != s.memo.end()) {
-        reg = it->second;
+        reg = it->second.reg;
     } else {
         reg = Resolve(t);
-        Py_INCREF(reinterpret_cast<PyObject*>(t));
-        s.memo.emplace(t, reg);
+        PyObject* weakref = WatchType(t);
+        if (weakref == nullptr) {
+            // Not weakly referenceable: answer without memoising (rare; e.g. exotic metaclasses).
+            g_memo = Memo{};
+            return reg;
+        }
+        s.memo.emplace(t, State::MemoEntry{reg, weakref});
     }
     g_memo.type = t;
     g_memo.reg = reg;
@@ -213,9 +259,13 @@ int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
         Py_VISIT(reg->data_fields);
         Py_VISIT(reg->meta_fields);
     }
+    for (const auto& entry : s.memo) Py_VISIT(entry.second.weakref);
+    Py_VISIT(s.on_type_death);
     Py_VISIT(s.jax_registry);
     Py_VISIT(s.jax_flatten_with_keys);
-    return 0;
+    // The core's other module-lifetime references: JAX's key classes and the bridge hooks.
+    if (int err = keys::Traverse(visit, arg)) return err;
+    return TraverseHooks(visit, arg);
 }
 
 // Registrations are permanent (as in JAX), so there is nothing the collector may break here.

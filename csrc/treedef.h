@@ -152,6 +152,8 @@ void SetMapErrorHook(PyObject* hook);
 // Hook converting a fastree treedef to JAX's (installed by the JAX bridge).
 void SetToJaxHook(PyObject* hook);
 PyObject* ToJaxHook();
+// GC visibility for the two hooks above (called from the registry object's tp_traverse).
+int TraverseHooks(visitproc visit, void* arg);
 }  // namespace fastree
 
 namespace fastree {

@@ -40,6 +40,12 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, const c
 
 void SetMapErrorHook(PyObject* hook) { Py_XSETREF(g_map_error_hook, Py_XNewRef(hook)); }
 
+int TraverseHooks(visitproc visit, void* arg) {
+    Py_VISIT(g_map_error_hook);
+    Py_VISIT(ToJaxHook());
+    return 0;
+}
+
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
               PyObject* is_leaf, bool with_path, bool is_leaf_takes_path) {
     TreeDef def;
