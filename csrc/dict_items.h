@@ -30,7 +30,7 @@ inline void ReleaseItems(Items& items, size_t from) {
 // Sorts dict items by key as Python's sorted() would. Exact-str keys (nearly every parameter
 // tree) compare in C without calling __lt__; anything else goes through list.sort so mixed or
 // exotic keys behave exactly as in JAX, including its error for unorderable keys.
-inline bool SortItems(PyObject* dict, Items& items) {
+inline bool SortItems(PyObject* dict, Items& items, bool wrap_error) {
     const size_t n = items.size();
     if (n < 2) return true;
     bool all_str = true;
@@ -53,8 +53,10 @@ inline bool SortItems(PyObject* dict, Items& items) {
     }
     if (PyList_Sort(keys) < 0) {
         Py_DECREF(keys);
-        RaiseFromCurrent(PyExc_ValueError,
-                         "Comparator raised exception while sorting pytree dictionary keys.");
+        if (wrap_error) {
+            RaiseFromCurrent(PyExc_ValueError,
+                             "Comparator raised exception while sorting pytree dictionary keys.");
+        }
         return false;
     }
     // Re-pair values with the sorted keys.
@@ -76,14 +78,16 @@ inline bool SortItems(PyObject* dict, Items& items) {
     return true;
 }
 
-inline bool GatherDictItems(PyObject* dict, Items& items) {
+// `wrap_error`: a dict's unorderable keys raise JAX's C++ ValueError; a defaultdict (flattened
+// by a Python function in JAX) lets sorted()'s own TypeError through.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true) {
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(dict, &pos, &key, &value)) {
         items.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
     }
-    if (!SortItems(dict, items)) {
+    if (!SortItems(dict, items, wrap_error)) {
         ReleaseItems(items, 0);
         return false;
     }

@@ -68,7 +68,7 @@ inline std::string Str(PyObject* obj) {
     return out;
 }
 
-// repr(obj) as a std::string; same never-fails contract as Str. Returns false only when the
+// repr(obj) appended to *out; same never-fails contract as Str. Returns false only when the
 // caller asked to propagate (used by PyTreeDef.__repr__, where a raising repr must surface).
 inline bool ReprInto(PyObject* obj, std::string* out) {
     PyObject* s = PyObject_Repr(obj);
@@ -82,6 +82,17 @@ inline bool ReprInto(PyObject* obj, std::string* out) {
     out->append(utf8, static_cast<size_t>(n));
     Py_DECREF(s);
     return true;
+}
+
+// repr(obj) as a std::string for error messages (JAX's messages show values by repr); never
+// fails, like Str.
+inline std::string Repr(PyObject* obj) {
+    std::string out;
+    if (!ReprInto(obj, &out)) {
+        PyErr_Clear();
+        return "<unprintable object>";
+    }
+    return out;
 }
 
 inline bool StrInto(PyObject* obj, std::string* out) {

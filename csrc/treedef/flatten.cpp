@@ -32,7 +32,7 @@ bool SplitFlattenResult(PyObject* result, bool with_keys, PyObject** children, P
         : "The to_iterable function for a custom PyTree node should return a "
           "(children, aux_data) tuple";
     if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
-        PyErr_Format(PyExc_ValueError, "%s, got %s", what, Str(result).c_str());
+        PyErr_Format(PyExc_ValueError, "%s, got %s", what, Repr(result).c_str());
         return false;
     }
     *children = PyTuple_GET_ITEM(result, 0);
@@ -104,7 +104,12 @@ class Flattener {
             r = PyObject_CallOneArg(is_leaf_, obj);
         }
         if (r == nullptr) return -1;
-        int truth = PyObject_IsTrue(r);
+        // JAX accepts exactly True, False and None (as False).
+        int truth = r == Py_True ? 1 : (r == Py_False || r == Py_None) ? 0 : -1;
+        if (truth < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "is_leaf predicate returned a non-boolean value %R; expected a boolean", r);
+        }
         Py_DECREF(r);
         return truth;
     }
@@ -271,7 +276,7 @@ class Flattener {
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
         Items items;
-        if (!GatherDictItems(obj, items)) return false;
+        if (!GatherDictItems(obj, items, /*wrap_error=*/false)) return false;
         const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
         PyObject* node_data = nullptr;
         if constexpr (kDef) {
@@ -435,7 +440,7 @@ class Flattener {
             PyErr_Format(PyExc_ValueError,
                          "The to_iterable function for a custom PyTree node should return a "
                          "(children, aux_data) tuple where 'children' is iterable, got %s",
-                         Str(result).c_str());
+                         Repr(result).c_str());
             return false;
         }
         Py_ssize_t i = 0;
@@ -463,7 +468,7 @@ class Flattener {
                          "The to_iterable_with_keys function for a custom PyTree node should "
                          "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' is "
                          "iterable, got %s",
-                         Str(result).c_str());
+                         Repr(result).c_str());
             return false;
         }
         Py_ssize_t i = 0;
@@ -473,7 +478,7 @@ class Flattener {
                              "The to_iterable_with_keys function for a custom PyTree node should "
                              "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' "
                              "holds (key, child) pairs, got %s",
-                             Str(pair).c_str());
+                             Repr(pair).c_str());
                 Py_DECREF(pair);
                 Py_DECREF(it);
                 return false;

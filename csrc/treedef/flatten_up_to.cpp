@@ -23,7 +23,6 @@ bool Fail(PyObject* type, const std::string& message) {
     return false;
 }
 
-std::string TypeStr(PyObject* type) { return Str(type); }
 
 // str(list(keys)) for the dict-key mismatch message.
 std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
@@ -33,7 +32,7 @@ std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
         return "[...]";
     }
     for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, Py_NewRef(keys[i]));
-    std::string s = Str(list);
+    std::string s = Repr(list);
     Py_DECREF(list);
     return s;
 }
@@ -72,28 +71,28 @@ class PrefixWalker {
                 return true;
             case NodeKind::kNone:
                 if (obj != Py_None) {
-                    return Fail(PyExc_ValueError, "Expected None, got " + Str(obj) + "." + kNoneHint);
+                    return Fail(PyExc_ValueError, "Expected None, got " + Repr(obj) + "." + kNoneHint);
                 }
                 return true;
             case NodeKind::kTuple:
                 if (!PyTuple_CheckExact(obj)) {
-                    return Fail(PyExc_ValueError, "Expected tuple, got " + Str(obj) + ".");
+                    return Fail(PyExc_ValueError, "Expected tuple, got " + Repr(obj) + ".");
                 }
                 if (PyTuple_GET_SIZE(obj) != n) {
                     return Fail(PyExc_ValueError,
                                 "Tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
-                                    " != " + std::to_string(n) + "; tuple: " + Str(obj) + ".");
+                                    " != " + std::to_string(n) + "; tuple: " + Repr(obj) + ".");
                 }
                 PushSequence(node, &PyTuple_GET_ITEM(obj, 0), n);
                 return true;
             case NodeKind::kList:
                 if (!PyList_CheckExact(obj)) {
-                    return Fail(PyExc_ValueError, "Expected list, got " + Str(obj) + ".");
+                    return Fail(PyExc_ValueError, "Expected list, got " + Repr(obj) + ".");
                 }
                 if (PyList_GET_SIZE(obj) != n) {
                     return Fail(PyExc_ValueError,
                                 "List arity mismatch: " + std::to_string(PyList_GET_SIZE(obj)) +
-                                    " != " + std::to_string(n) + "; list: " + Str(obj) + ".");
+                                    " != " + std::to_string(n) + "; list: " + Repr(obj) + ".");
                 }
                 PushSequence(node, &PyList_GET_ITEM(obj, 0), n);
                 return true;
@@ -127,7 +126,7 @@ class PrefixWalker {
 
     bool StepDict(const Node& node, PyObject* obj) {
         if (!PyDict_CheckExact(obj)) {
-            return Fail(PyExc_ValueError, "Expected dict, got " + Str(obj) + ".");
+            return Fail(PyExc_ValueError, "Expected dict, got " + Repr(obj) + ".");
         }
         Items items;
         if (!GatherDictItems(obj, items)) return false;
@@ -167,16 +166,16 @@ class PrefixWalker {
 
     bool StepNamedTuple(const Node& node, PyObject* obj) {
         if (registry::Classify(obj)->kind != NodeKind::kNamedTuple) {
-            return Fail(PyExc_ValueError, "Expected named tuple, got " + Str(obj) + ".");
+            return Fail(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
         }
         if (PyTuple_GET_SIZE(obj) != node.arity) {
             return Fail(PyExc_ValueError,
                         "Named tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
-                            " != " + std::to_string(node.arity) + "; tuple: " + Str(obj) + ".");
+                            " != " + std::to_string(node.arity) + "; tuple: " + Repr(obj) + ".");
         }
         if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != node.node_data) {
             return Fail(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
-                                              TypeStr(node.node_data) + ", tuple: " + Str(obj) + ".");
+                                              Repr(node.node_data) + ", tuple: " + Repr(obj) + ".");
         }
         PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
         return true;
@@ -191,8 +190,8 @@ class PrefixWalker {
             return Fail(PyExc_ValueError,
                         std::string(dataclass ? "Custom dataclass node type mismatch"
                                               : "Custom node type mismatch") +
-                            ": expected type: " + TypeStr(node.custom->type) +
-                            ", value: " + Str(obj) + ".");
+                            ": expected type: " + Repr(node.custom->type) +
+                            ", value: " + Repr(obj) + ".");
         }
         TreeDef one;
         std::vector<PyObject*> children;
@@ -211,15 +210,15 @@ class PrefixWalker {
             return Fail(PyExc_ValueError,
                         std::string(dataclass ? "Mismatch custom dataclass node data: "
                                               : "Mismatch custom node data: ") +
-                            Str(node.node_data) + " != " + Str(got.node_data) +
-                            "; value: " + Str(obj) + ".");
+                            Repr(node.node_data) + " != " + Repr(got.node_data) +
+                            "; value: " + Repr(obj) + ".");
         }
         if (got.arity != node.arity) {
             DecrefAll(children);
             return Fail(PyExc_ValueError, "Custom type arity mismatch: " +
                                               std::to_string(got.arity) + " != " +
                                               std::to_string(node.arity) + "; value: " +
-                                              Str(obj) + ".");
+                                              Repr(obj) + ".");
         }
         for (PyObject* child : children) agenda_.push_back(child);  // ownership moves
         children.clear();

@@ -10,8 +10,10 @@ Py_ssize_t SubtreeBegin(const TreeDef& def, Py_ssize_t root) {
     return root - def.nodes[root].num_nodes + 1;
 }
 
-// The data part of node_data(): what walk() passes to f_node.
+// What walk() passes to f_node as the node's data: node_data()'s second half, except that a
+// namedtuple passes its class (as JAX does).
 PyObject* DataPart(const TreeDef& def, const Node& node) {
+    if (node.kind == NodeKind::kNamedTuple) return Py_NewRef(node.node_data);
     Ref nd(def.NodeData(node));
     if (!nd) return nullptr;
     return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
@@ -30,7 +32,7 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
     node.arity = arity;
     switch (reg->kind) {
         case NodeKind::kLeaf:
-            PyErr_Format(PyExc_ValueError, "%R is not a pytree node type.", type);
+            PyErr_Format(PyExc_RuntimeError, "Could not find type: %R.", type);
             return false;
         case NodeKind::kNone:
             if (arity != 0) {
@@ -254,7 +256,7 @@ static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* ob
     Ref items(PySequence_Tuple(obj));
     if (!items) return nullptr;
     if (PyTuple_GET_SIZE(items.get()) != node.arity) {
-        PyErr_SetString(PyExc_ValueError, "Node arity mismatch.");
+        PyErr_SetString(PyExc_ValueError, "Arity mismatch between trees");
         return nullptr;
     }
     std::vector<Py_ssize_t> roots;

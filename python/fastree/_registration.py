@@ -49,8 +49,6 @@ def register_pytree_with_keys(
 ) -> None:
     """Like :func:`register_pytree_node`, with a flatten function that also returns keys.
 
-    Without ``flatten_func``, fastree's core strips the keys itself (no Python wrapper).
-
     >>> import fastree.tree_util as tu
     >>> class Box:
     ...     def __init__(self, x):
@@ -61,6 +59,13 @@ def register_pytree_with_keys(
     [((GetAttrKey(name='x'),), 7)]
     """
     _jtu.register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatten_func)
+    if flatten_func is None:
+        # The keyless flatten JAX derives, so malformed output fails with the same Python
+        # unpacking errors as under JAX.
+        def flatten_func(tree: T) -> tuple[list[Any], Any]:
+            key_children, aux = flatten_with_keys(tree)
+            return [child for _, child in key_children], aux
+
     _core.register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
 
 

@@ -1,0 +1,433 @@
+"""Shared corpus and comparison helpers for the fastree test suite.
+
+Every behaviour is checked differentially against the installed ``jax.tree_util``: a test runs the
+same call through JAX and through fastree and compares the results. The custom node types below are
+registered through fastree (which also registers them with JAX), so both libraries see them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import re
+import sys
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+import pytest
+
+import fastree
+import fastree.tree_util as tu
+
+# ------------------------------------------------------------------------------------------------
+# parametrize helper
+
+
+def parametrize(**axes: Any):
+    """Cartesian-product ``pytest.mark.parametrize`` over named axes.
+
+    Each axis is a sequence of values, or a dict mapping test ids to values.
+
+    >>> @parametrize(tree=TREES, none_is_leaf=[False, True])  # doctest: +SKIP
+    """
+    names = list(axes)
+    columns = []
+    for name in names:
+        values = axes[name]
+        if isinstance(values, dict):
+            columns.append([(str(k), v) for k, v in values.items()])
+        else:
+            columns.append([(f"{name}{i}", v) for i, v in enumerate(values)])
+    params = []
+    for combo in itertools.product(*columns):
+        ids = "-".join(i for i, _ in combo)
+        params.append(pytest.param(*(v for _, v in combo), id=ids))
+    return pytest.mark.parametrize(names, params)
+
+
+# ------------------------------------------------------------------------------------------------
+# custom node types, registered through fastree
+
+
+class Pair:
+    """register_pytree_node without keys; aux is a hashable tag."""
+
+    def __init__(self, left: Any, right: Any, tag: str = "pair") -> None:
+        self.left, self.right, self.tag = left, right, tag
+
+    def __repr__(self) -> str:
+        return f"Pair({self.left!r}, {self.right!r}, tag={self.tag!r})"
+
+
+tu.register_pytree_node(
+    Pair,
+    lambda p: ((p.left, p.right), p.tag),
+    lambda tag, children: Pair(*children, tag=tag),
+)
+
+
+class Keyed:
+    """register_pytree_node with a flatten_with_keys_func; children as a list."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __repr__(self) -> str:
+        return f"Keyed({self.a!r}, {self.b!r})"
+
+
+tu.register_pytree_node(
+    Keyed,
+    lambda k: ([k.a, k.b], None),
+    lambda _, children: Keyed(*children),
+    lambda k: ([(tu.GetAttrKey("a"), k.a), (tu.GetAttrKey("b"), k.b)], None),
+)
+
+
+@tu.register_pytree_node_class
+class NodeClass:
+    """register_pytree_node_class; aux is a tuple of ints, children a variable-length tuple."""
+
+    def __init__(self, *items: Any, meta: tuple = (1, 2)) -> None:
+        self.items, self.meta = items, meta
+
+    def tree_flatten(self):
+        return self.items, self.meta
+
+    @classmethod
+    def tree_unflatten(cls, meta, children):
+        return cls(*children, meta=meta)
+
+    def __repr__(self) -> str:
+        return f"NodeClass{self.items!r}"
+
+
+@tu.register_pytree_with_keys_class
+class KeysClass:
+    """register_pytree_with_keys_class with DictKey/custom-style keys."""
+
+    def __init__(self, x: Any, y: Any, name: str = "k") -> None:
+        self.x, self.y, self.name = x, y, name
+
+    def tree_flatten_with_keys(self):
+        return ((tu.DictKey("x"), self.x), (tu.DictKey("y"), self.y)), self.name
+
+    @classmethod
+    def tree_unflatten(cls, name, children):
+        return cls(*children, name=name)
+
+    def __repr__(self) -> str:
+        return f"KeysClass({self.x!r}, {self.y!r})"
+
+
+class WithKeys:
+    """register_pytree_with_keys (function form) with an explicit flatten_func."""
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self.first, self.second = first, second
+
+    def __repr__(self) -> str:
+        return f"WithKeys({self.first!r}, {self.second!r})"
+
+
+tu.register_pytree_with_keys(
+    WithKeys,
+    lambda w: (((tu.SequenceKey(0), w.first), (tu.SequenceKey(1), w.second)), "wk"),
+    lambda aux, children: WithKeys(*children),
+    lambda w: ((w.first, w.second), "wk"),
+)
+
+
+@dataclasses.dataclass
+class Point:
+    """register_dataclass with explicit data/meta fields."""
+
+    x: Any
+    y: Any
+    label: str = "p"
+
+
+tu.register_dataclass(Point, data_fields=["x", "y"], meta_fields=["label"])
+
+
+@tu.register_dataclass
+@dataclasses.dataclass
+class Inferred:
+    """register_dataclass inferring meta fields from field(metadata={'static': True})."""
+
+    weights: Any
+    mode: str = dataclasses.field(default="train", metadata={"static": True})
+    bias: Any = None
+
+
+@dataclasses.dataclass
+class WithDropped:
+    """register_dataclass with drop_fields (dropped field falls back to its default)."""
+
+    value: Any
+    cache: int = 0
+
+
+tu.register_dataclass(WithDropped, data_fields=["value"], meta_fields=[], drop_fields=["cache"])
+
+
+@tu.register_static
+class StaticTag:
+    """register_static: a hashable node without children."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StaticTag) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("StaticTag", self.name))
+
+    def __repr__(self) -> str:
+        return f"StaticTag({self.name!r})"
+
+
+CUSTOM_TYPES = [
+    Pair,
+    Keyed,
+    NodeClass,
+    KeysClass,
+    WithKeys,
+    Point,
+    Inferred,
+    WithDropped,
+    StaticTag,
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# namedtuples and leaf subclasses
+
+
+class NT(NamedTuple):
+    a: Any
+    b: Any
+
+
+class NTNested(NamedTuple):
+    inner: Any
+    extra: Any = None
+
+
+Empty = collections.namedtuple("Empty", [])
+Triple = collections.namedtuple("Triple", "x y z")
+
+
+class TupleLeaf(tuple):
+    """A plain tuple subclass (no _fields): a leaf for JAX."""
+
+
+class DictLeaf(dict):
+    """A dict subclass: a leaf for JAX."""
+
+
+class ListLeaf(list):
+    """A list subclass: a leaf for JAX."""
+
+
+def _f(a, b, c=0):
+    return a + b + c
+
+
+# ------------------------------------------------------------------------------------------------
+# the corpus
+
+
+def _trees() -> dict[str, Any]:
+    od = collections.OrderedDict()
+    od["z"] = 1
+    od["a"] = (2, 3)
+    od["m"] = None
+    dd = collections.defaultdict(list)
+    dd["b"] = [1, 2]
+    dd["a"] = 3
+    return {
+        "none": None,
+        "int": 1,
+        "float": 2.5,
+        "str": "leaf",
+        "bytes": b"raw",
+        "bool": True,
+        "complex": 1 + 2j,
+        "np_scalar": np.float32(3.0),
+        "np_array": np.arange(6).reshape(2, 3),
+        "jax_array": jnp.ones((2, 2)),
+        "empty_tuple": (),
+        "empty_list": [],
+        "empty_dict": {},
+        "tuple": (1, 2, 3),
+        "list": [1, "a", 2.0],
+        "dict": {"b": 1, "a": 2, "c": 3},
+        "dict_int_keys": {3: "c", 1: "a", 2: "b"},
+        "dict_nested": {"x": {"y": {"z": [1, (2, None)]}}, "w": {}},
+        "dict_tuple_keys": {(1, 2): 1, (0, 5): 2},
+        "nested_mixed": [(1, [2, {"k": 3}]), None, {"l": [4, 5], "a": (6,)}],
+        "none_in_containers": [None, (None,), {"n": None}, [None, 1]],
+        "ordered_dict": od,
+        "ordered_dict_empty": collections.OrderedDict(),
+        "defaultdict": dd,
+        "defaultdict_empty": collections.defaultdict(int),
+        "namedtuple": NT(1, [2, 3]),
+        "namedtuple_nested": NTNested(NT((1, 2), {"q": 3}), NT(None, 4)),
+        "namedtuple_empty": Empty(),
+        "namedtuple_collections": Triple(1, (2,), [3]),
+        "partial": jtu.Partial(_f, 1, c=np.float32(2.0)),
+        "partial_no_args": jtu.Partial(_f),
+        "array_leaves": {"w": np.zeros(3), "b": jnp.arange(2), "s": np.int64(7)},
+        "tuple_subclass_leaf": [TupleLeaf((1, 2)), 3],
+        "dict_subclass_leaf": (DictLeaf(a=1), {"b": DictLeaf()}),
+        "list_subclass_leaf": {"x": ListLeaf([1, 2])},
+        "pair": Pair(1, (2, 3)),
+        "pair_nested": Pair(Pair(1, 2, tag="in"), [Pair(None, {"a": 4})]),
+        "keyed": Keyed({"a": 1}, [2, 3]),
+        "node_class": NodeClass(1, (2, 3), meta=("m", 0)),
+        "node_class_empty": NodeClass(),
+        "keys_class": KeysClass([1, 2], {"b": 3}),
+        "with_keys": WithKeys(1, (2, NT(3, 4))),
+        "point": Point(1.0, np.ones(2), label="q"),
+        "inferred": Inferred(weights=[1, 2], mode="eval", bias=(3,)),
+        "with_dropped": WithDropped(value={"v": 1}, cache=5),
+        "static": StaticTag("s"),
+        "static_in_tree": {"t": StaticTag("a"), "v": [StaticTag("b"), 1]},
+        "everything": {
+            "a": [Pair(1, NT(2, Point(3, 4))), KeysClass(5, Inferred(6))],
+            "b": (od, dd, jtu.Partial(_f, 7)),
+            "c": [NodeClass(8, WithKeys(9, Keyed(10, None))), StaticTag("z"), Empty()],
+            "d": "str-leaf",
+        },
+    }
+
+
+TREE_DICT: dict[str, Any] = _trees()
+TREE_IDS: list[str] = list(TREE_DICT)
+TREES: list[Any] = list(TREE_DICT.values())
+
+# is_leaf predicates exercised against the whole corpus
+PREDICATES: dict[str, Any] = {
+    "none": None,
+    "is_none": lambda x: x is None,
+    "is_tuple": lambda x: isinstance(x, tuple),
+    "is_list": lambda x: isinstance(x, list),
+    "is_dict": lambda x: isinstance(x, dict),
+    "is_pair": lambda x: isinstance(x, Pair),
+    "is_int": lambda x: type(x) is int,
+    "always": lambda x: True,
+    "never": lambda x: False,
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# comparison helpers
+
+
+def leaf_equal(x: Any, y: Any) -> bool:
+    """Leaves are equal when they are the same object, or equal values of the same type."""
+    if x is y:
+        return True
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, (np.ndarray, jax.Array, np.generic)):
+        return bool(np.shape(x) == np.shape(y) and np.array_equal(np.asarray(x), np.asarray(y)))
+    return bool(x == y)
+
+
+def assert_leaves_identical(got: list, expected: list) -> None:
+    """Same length and each leaf is the very same object."""
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g is e, f"leaf {i}: {g!r} is not {e!r}"
+
+
+def assert_leaves_equal(got: list, expected: list) -> None:
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert leaf_equal(g, e), f"leaf {i}: {g!r} != {e!r}"
+
+
+def assert_trees_equal(got: Any, expected: Any, *, identical_leaves: bool = False) -> None:
+    """Same type, same JAX structure (node types and aux data) and equal (or identical) leaves."""
+    assert type(got) is type(expected)
+    assert jtu.tree_structure(got) == jtu.tree_structure(expected)
+    gl, el = jtu.tree_leaves(got), jtu.tree_leaves(expected)
+    if identical_leaves:
+        assert_leaves_identical(gl, el)
+    else:
+        assert_leaves_equal(gl, el)
+
+
+def assert_same_treedef(ftd: Any, jtd: Any) -> None:
+    """A fastree treedef and a JAX treedef describe the same structure (converted both ways)."""
+    assert isinstance(ftd, fastree.PyTreeDef)
+    assert isinstance(jtd, jtu.PyTreeDef)
+    assert ftd.to_jax() == jtd
+    assert fastree.from_jax(jtd) == ftd
+    assert repr(ftd) == repr(jtd)
+    assert ftd.num_leaves == jtd.num_leaves
+    assert ftd.num_nodes == jtd.num_nodes
+
+
+def capture(fn, *args, **kwargs) -> BaseException:
+    """Run ``fn`` expecting it to raise; return the exception."""
+    try:
+        fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - we want whatever the callee raised
+        return e
+    raise AssertionError(f"{fn} did not raise")
+
+
+def assert_same_error(jax_fn, fastree_fn) -> BaseException:
+    """Run the JAX call, then check fastree raises the same type with the same message.
+
+    Returns the fastree exception for further checks.
+    """
+    expected = capture(jax_fn)
+    with pytest.raises(type(expected), match=re.escape(str(expected))) as info:
+        fastree_fn()
+    got = info.value
+    assert type(got) is type(expected)
+    assert str(got) == str(expected)
+    return got
+
+
+# ------------------------------------------------------------------------------------------------
+# recursion headroom
+
+
+def used_recursion_depth() -> int:
+    """How much of the interpreter's recursion budget is in use right now.
+
+    Tests that need a given nesting depth set the limit relative to this rather than absolutely:
+    the budget in use is not just the pytest stack, because some JAX error paths (malformed custom
+    flatten output, unsortable dict keys; JAX 0.10.2) leave the thread's recursion counter raised,
+    and the differential tests run those paths many times over a session.
+    """
+
+    def probe(n: int) -> int:
+        try:
+            return probe(n + 1)
+        except RecursionError:
+            return n
+
+    return sys.getrecursionlimit() - probe(0)
+
+
+@contextlib.contextmanager
+def recursion_headroom(depth: int):
+    """Set the recursion limit to leave ``depth`` levels free; restore it afterwards."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(used_recursion_depth() + depth)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)

@@ -1,0 +1,143 @@
+"""The public names and signatures of fastree.tree_util / fastree.tree match JAX's."""
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+
+import jax.tree as jt
+import jax.tree_util as jtu
+import pytest
+
+import fastree
+import fastree.tree as ft
+import fastree.tree_util as tu
+
+JAX_TREE_UTIL_NAMES = sorted(
+    n for n in dir(jtu) if not n.startswith("_") and n != "default_registry"
+)
+JAX_TREE_NAMES = sorted(n for n in dir(jt) if not n.startswith("_"))
+
+# names whose object must be JAX's very own (users isinstance them or pass them to JAX)
+SHARED_OBJECTS = ["DictKey", "SequenceKey", "GetAttrKey", "FlattenedIndexKey", "Partial"]
+
+
+def _callables(module, names):
+    return [n for n in names if inspect.isfunction(getattr(module, n))]
+
+
+def test_jax_names_nonempty():
+    # guards the parametrizations below against silently testing nothing
+    assert "tree_flatten" in JAX_TREE_UTIL_NAMES
+    assert "flatten" in JAX_TREE_NAMES
+
+
+def test_tree_util_covers_jax_names():
+    missing = [n for n in JAX_TREE_UTIL_NAMES if not hasattr(tu, n)]
+    assert missing == []
+
+
+def test_tree_covers_jax_names():
+    missing = [n for n in JAX_TREE_NAMES if not hasattr(ft, n)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", SHARED_OBJECTS)
+def test_shared_objects_are_jax_objects(name):
+    assert getattr(tu, name) is getattr(jtu, name)
+
+
+@pytest.mark.parametrize("name", ["KeyEntry", "KeyPath"])
+def test_type_aliases_match(name):
+    assert getattr(tu, name) == getattr(jtu, name)
+
+
+def test_pytreedef_is_fastree_class():
+    td = tu.tree_structure({"a": 1})
+    assert isinstance(td, fastree.PyTreeDef)
+    assert isinstance(td, tu.PyTreeDef)
+    assert not isinstance(td, jtu.PyTreeDef)
+    assert isinstance(ft.structure([1]), fastree.PyTreeDef)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "children",
+        "unflatten",
+        "flatten_up_to",
+        "compose",
+        "walk",
+        "node_data",
+        "from_node_data_and_children",
+        "from_iterable_tree",
+        "to_jax",
+    ],
+)
+def test_pytreedef_methods_present(method):
+    assert callable(getattr(fastree.PyTreeDef, method))
+
+
+def test_from_jax_present():
+    assert callable(fastree.from_jax)
+
+
+def _default_matches(got, expected):
+    if expected is inspect.Parameter.empty or isinstance(
+        expected, (type(None), bool, int, str, tuple)
+    ):
+        return got == expected and type(got) is type(expected)
+    # sentinels such as jax's ``Unspecified()``: the same kind of sentinel
+    return type(got).__name__ == type(expected).__name__
+
+
+def _assert_same_parameters(fast_fn, jax_fn):
+    fp = inspect.signature(fast_fn).parameters
+    jp = inspect.signature(jax_fn).parameters
+    assert list(fp) == list(jp)
+    for name in jp:
+        assert fp[name].kind == jp[name].kind, name
+        assert _default_matches(fp[name].default, jp[name].default), (
+            name,
+            fp[name].default,
+            jp[name].default,
+        )
+
+
+@pytest.mark.parametrize("name", _callables(jtu, JAX_TREE_UTIL_NAMES))
+def test_tree_util_signature(name):
+    _assert_same_parameters(getattr(tu, name), getattr(jtu, name))
+
+
+@pytest.mark.parametrize("name", _callables(jt, JAX_TREE_NAMES))
+def test_tree_signature(name):
+    _assert_same_parameters(getattr(ft, name), getattr(jt, name))
+
+
+def test_static_field():
+    fj, ff = jt.static(default=3), ft.static(default=3)
+    assert isinstance(ff, dataclasses.Field)
+    assert dict(ff.metadata) == dict(fj.metadata) == {"static": True}
+    assert ff.default == fj.default == 3
+    fj, ff = jt.static(metadata={"doc": "x"}), ft.static(metadata={"doc": "x"})
+    assert dict(ff.metadata) == dict(fj.metadata)
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        "import fastree",
+        "import fastree.tree_util",
+        "import fastree.tree",
+        "import fastree, jax; fastree.tree_util.tree_flatten({'a': (1, None)})",
+    ],
+)
+def test_import_is_warning_free(stmt):
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-c", stmt],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr

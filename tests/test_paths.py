@@ -1,0 +1,167 @@
+"""Key paths: flatten_with_path, leaves_with_path, map_with_path, keystr, is_leaf_takes_path."""
+
+import jax.tree as jt
+import jax.tree_util as jtu
+import pytest
+from helpers import (
+    PREDICATES,
+    TREE_DICT,
+    Pair,
+    assert_leaves_identical,
+    assert_same_treedef,
+    assert_trees_equal,
+    parametrize,
+)
+
+import fastree.tree as ft
+import fastree.tree_util as tu
+
+PATH_PREDICATES = {
+    "none": None,
+    "depth_ge_2": lambda p, x: len(p) >= 2,
+    "depth_eq_1": lambda p, x: len(p) == 1,
+    "under_dict_key_a": lambda p, x: any(isinstance(k, jtu.DictKey) and k.key == "a" for k in p),
+    "is_none": lambda p, x: x is None,
+    "first_seq_index_0": lambda p, x: (
+        bool(p) and isinstance(p[0], jtu.SequenceKey) and p[0].idx == 0
+    ),
+    "is_pair": lambda p, x: isinstance(x, Pair),
+    "never": lambda p, x: False,
+}
+
+
+def assert_paths_equal(got, expected):
+    """Lists of (key_path, leaf): equal key entries of the same types, identical leaves."""
+    assert isinstance(got, list)
+    assert len(got) == len(expected)
+    for (gp, gl), (ep, el) in zip(got, expected):
+        assert type(gp) is tuple
+        assert gp == ep
+        assert [type(k) for k in gp] == [type(k) for k in ep]
+        assert gl is el
+
+
+@parametrize(tree=TREE_DICT, is_leaf=PREDICATES)
+def test_flatten_with_path(tree, is_leaf):
+    fpairs, ftd = tu.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    jpairs, jtd = jtu.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    assert_paths_equal(fpairs, jpairs)
+    assert_same_treedef(ftd, jtd)
+    # the leaves agree with plain flatten
+    assert_leaves_identical([x for _, x in fpairs], tu.tree_leaves(tree, is_leaf=is_leaf))
+    # each pair is a tuple, as in JAX
+    assert all(type(p) is tuple and len(p) == 2 for p in fpairs)
+
+
+@parametrize(tree=TREE_DICT, is_leaf=PREDICATES)
+def test_leaves_with_path(tree, is_leaf):
+    assert_paths_equal(
+        tu.tree_leaves_with_path(tree, is_leaf=is_leaf),
+        jtu.tree_leaves_with_path(tree, is_leaf=is_leaf),
+    )
+
+
+@parametrize(tree=TREE_DICT, is_leaf=PATH_PREDICATES)
+def test_is_leaf_takes_path(tree, is_leaf):
+    kw = dict(is_leaf=is_leaf, is_leaf_takes_path=True)
+    fpairs, ftd = tu.tree_flatten_with_path(tree, **kw)
+    jpairs, jtd = jtu.tree_flatten_with_path(tree, **kw)
+    assert_paths_equal(fpairs, jpairs)
+    assert_same_treedef(ftd, jtd)
+    assert_paths_equal(tu.tree_leaves_with_path(tree, **kw), jtu.tree_leaves_with_path(tree, **kw))
+    # identity map (a subtree treated as a leaf must come back intact); record what f sees
+    flog, jlog = [], []
+    got = tu.tree_map_with_path(lambda p, x: flog.append((p, x)) or x, tree, **kw)
+    expected = jtu.tree_map_with_path(lambda p, x: jlog.append((p, x)) or x, tree, **kw)
+    assert_trees_equal(got, expected, identical_leaves=True)
+    assert_paths_equal(flog, jlog)
+
+
+@parametrize(tree=TREE_DICT, is_leaf={k: v for k, v in PATH_PREDICATES.items() if v})
+def test_is_leaf_takes_path_call_sequence(tree, is_leaf):
+    def recorder(log):
+        def pred(p, x):
+            log.append((p, x))
+            return is_leaf(p, x)
+
+        return pred
+
+    jlog, flog = [], []
+    jtu.tree_flatten_with_path(tree, is_leaf=recorder(jlog), is_leaf_takes_path=True)
+    tu.tree_flatten_with_path(tree, is_leaf=recorder(flog), is_leaf_takes_path=True)
+    assert_paths_equal(flog, jlog)
+
+
+@parametrize(tree=TREE_DICT)
+def test_tree_module_spelling(tree):
+    fpairs, ftd = ft.flatten_with_path(tree)
+    jpairs, jtd = jt.flatten_with_path(tree)
+    assert_paths_equal(fpairs, jpairs)
+    assert_same_treedef(ftd, jtd)
+    assert_paths_equal(ft.leaves_with_path(tree), jt.leaves_with_path(tree))
+
+
+@parametrize(
+    tree=TREE_DICT,
+    style={"default": {}, "simple": {"simple": True}, "sep": {"simple": True, "separator": "/"}},
+)
+def test_keystr(tree, style):
+    for path, _ in jtu.tree_leaves_with_path(tree):
+        assert tu.keystr(path, **style) == jtu.keystr(path, **style)
+
+
+@parametrize(tree=TREE_DICT)
+def test_map_with_path(tree):
+    def f(path, x):
+        return (tuple(path), type(x).__name__)
+
+    got = tu.tree_map_with_path(f, tree)
+    expected = jtu.tree_map_with_path(f, tree)
+    assert_trees_equal(got, expected)
+    assert_trees_equal(ft.map_with_path(f, tree), jt.map_with_path(f, tree))
+
+
+@parametrize(tree=TREE_DICT)
+def test_map_with_path_multiple_trees(tree):
+    other = jtu.tree_map(lambda x: ("other", id(x)), tree)
+    seen_f, seen_j = [], []
+
+    def rec(log):
+        return lambda p, x, y: log.append((p, x, y)) or len(log)
+
+    got = tu.tree_map_with_path(rec(seen_f), tree, other)
+    expected = jtu.tree_map_with_path(rec(seen_j), tree, other)
+    assert_trees_equal(got, expected)
+    assert len(seen_f) == len(seen_j)
+    for (fp, fx, fy), (jp, jx, jy) in zip(seen_f, seen_j):
+        assert fp == jp and fx is jx and fy == jy
+
+
+@parametrize(tree=TREE_DICT, is_leaf=PREDICATES)
+def test_map_with_path_is_leaf(tree, is_leaf):
+    flog, jlog = [], []
+    got = tu.tree_map_with_path(lambda p, x: flog.append((p, x)) or x, tree, is_leaf=is_leaf)
+    expected = jtu.tree_map_with_path(lambda p, x: jlog.append((p, x)) or x, tree, is_leaf=is_leaf)
+    assert_trees_equal(got, expected, identical_leaves=True)
+    assert_paths_equal(flog, jlog)
+
+
+@pytest.mark.parametrize(
+    ("tree", "first_type"),
+    [
+        ({"a": 1}, jtu.DictKey),
+        ([1], jtu.SequenceKey),
+        ((1,), jtu.SequenceKey),
+        (TREE_DICT["namedtuple"], jtu.GetAttrKey),
+        (TREE_DICT["point"], jtu.GetAttrKey),
+        (TREE_DICT["pair"], jtu.FlattenedIndexKey),
+        (TREE_DICT["keyed"], jtu.GetAttrKey),
+    ],
+)
+def test_key_entry_classes_are_jax_classes(tree, first_type):
+    for path, _ in tu.tree_leaves_with_path(tree):
+        assert isinstance(path[0], first_type)
+        for k in path:
+            assert isinstance(
+                k, (jtu.DictKey, jtu.SequenceKey, jtu.GetAttrKey, jtu.FlattenedIndexKey)
+            )

@@ -1,0 +1,274 @@
+"""Reference counting and garbage collection: nothing leaks, cycles through treedefs are freed."""
+
+import collections
+import gc
+import sys
+import weakref
+
+import pytest
+from helpers import Keyed, NodeClass, Pair, Point, parametrize
+
+import fastree
+import fastree.tree_util as tu
+
+ITERATIONS = 10_000
+
+
+class Obj:
+    """A distinct, non-interned object (so its refcount is ours alone)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"Obj({self.name})"
+
+
+class Key:
+    """A sortable, hashable dict key whose refcount we can watch."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __lt__(self, other):
+        return self.k < other.k
+
+    def __eq__(self, other):
+        return isinstance(other, Key) and self.k == other.k
+
+    def __hash__(self):
+        return hash(self.k)
+
+    def __repr__(self):
+        return f"Key({self.k})"
+
+
+class Aux:
+    """Custom-node aux data whose refcount we can watch."""
+
+    def __eq__(self, other):
+        return isinstance(other, Aux)
+
+    def __hash__(self):
+        return 1
+
+
+def make_tree():
+    leaves = [Obj(i) for i in range(8)]
+    keys = [Key(i) for i in range(3)]
+    aux = Aux()
+    tree = {
+        keys[2]: [leaves[0], (leaves[1], None)],
+        keys[0]: Pair(leaves[2], {keys[1]: leaves[3]}, tag=aux),
+        keys[1]: collections.OrderedDict([("b", leaves[4]), ("a", NodeClass(leaves[5], meta=aux))]),
+    }
+    tree[keys[1]]["c"] = Point(leaves[6], Keyed(leaves[7], None), label="l")
+    return tree, leaves + keys + [aux]
+
+
+def _refcounts(objs):
+    return [sys.getrefcount(o) for o in objs]
+
+
+OPERATIONS = {
+    "flatten": lambda t, td, lv: tu.tree_flatten(t),
+    "leaves": lambda t, td, lv: tu.tree_leaves(t),
+    "structure": lambda t, td, lv: tu.tree_structure(t),
+    "unflatten": lambda t, td, lv: tu.tree_unflatten(td, lv),
+    "unflatten_method": lambda t, td, lv: td.unflatten(lv),
+    "map": lambda t, td, lv: tu.tree_map(lambda x: x, t),
+    "map_two_trees": lambda t, td, lv: tu.tree_map(lambda x, y: y, t, t),
+    "flatten_with_path": lambda t, td, lv: tu.tree_flatten_with_path(t),
+    "map_with_path": lambda t, td, lv: tu.tree_map_with_path(lambda p, x: x, t),
+    "flatten_up_to": lambda t, td, lv: td.flatten_up_to(t),
+    "flatten_is_leaf": lambda t, td, lv: tu.tree_flatten(t, is_leaf=lambda x: isinstance(x, Pair)),
+    "children": lambda t, td, lv: td.children(),
+    "node_data": lambda t, td, lv: td.node_data(),
+    "compose": lambda t, td, lv: td.compose(tu.tree_structure((1, 2))),
+    "eq_hash": lambda t, td, lv: (td == tu.tree_structure(t), hash(td)),
+    "repr": lambda t, td, lv: repr(td),
+    "to_jax": lambda t, td, lv: td.to_jax(),
+    "from_jax": lambda t, td, lv: fastree.from_jax(td.to_jax()),
+    "walk": lambda t, td, lv: td.walk(lambda c, d: c, lambda x: x, lv),
+    "flatten_one_level": lambda t, td, lv: tu.flatten_one_level(t),
+}
+
+
+@parametrize(op=OPERATIONS)
+def test_refcounts_stable(op):
+    tree, watched = make_tree()
+    leaves, td = tu.tree_flatten(tree)
+    op(tree, td, leaves)  # warm up any caches first
+    gc.collect()
+    before = _refcounts(watched)
+    td_before = sys.getrefcount(td)
+    for _ in range(ITERATIONS):
+        op(tree, td, leaves)
+    gc.collect()
+    assert _refcounts(watched) == before
+    assert sys.getrefcount(td) == td_before
+
+
+ERROR_OPERATIONS = {
+    "unflatten_too_few": lambda t, td, lv: td.unflatten(lv[:-1]),
+    "unflatten_too_many": lambda t, td, lv: td.unflatten(lv + lv),
+    "flatten_up_to_mismatch": lambda t, td, lv: td.flatten_up_to([t]),
+    "map_mismatch": lambda t, td, lv: tu.tree_map(lambda x, y: x, t, [t]),
+    "user_error_in_f": lambda t, td, lv: tu.tree_map(_raise_value_error, t),
+    "user_error_in_is_leaf": lambda t, td, lv: tu.tree_leaves(t, is_leaf=_raise_after_some()),
+    "unsortable_keys": lambda t, td, lv: tu.tree_flatten([t, {1: lv[0], "a": lv[1]}]),
+}
+
+
+def _raise_value_error(x):
+    raise ValueError("boom")
+
+
+def _raise_after_some():
+    calls = []
+
+    def pred(x):
+        calls.append(None)
+        if len(calls) > 5:
+            raise ValueError("late boom")
+        return False
+
+    return pred
+
+
+@parametrize(op=ERROR_OPERATIONS)
+def test_refcounts_stable_on_error_paths(op):
+    tree, watched = make_tree()
+    leaves, td = tu.tree_flatten(tree)
+    with pytest.raises(ValueError):
+        op(tree, td, leaves)
+    gc.collect()
+    before = _refcounts(watched)
+    for _ in range(ITERATIONS // 10):
+        try:
+            op(tree, td, leaves)
+        except ValueError:
+            pass
+    gc.collect()
+    assert _refcounts(watched) == before
+
+
+def test_refcount_of_user_exception():
+    err = ValueError("kept")
+
+    def f(x):
+        raise err
+
+    for _ in range(100):
+        try:
+            tu.tree_map(f, [1, 2])
+        except ValueError:
+            pass
+    gc.collect()
+    before = sys.getrefcount(err)
+    for _ in range(1000):
+        try:
+            tu.tree_map(f, [1, 2])
+        except ValueError:
+            pass
+    gc.collect()
+    assert sys.getrefcount(err) == before
+
+
+def test_treedefs_are_freed():
+    tree, watched = make_tree()
+    aux = watched[-1]
+    gc.collect()
+    before = sys.getrefcount(aux)
+    tds = [tu.tree_structure(tree) for _ in range(100)]
+    assert sys.getrefcount(aux) > before  # treedefs hold the aux data
+    del tds
+    gc.collect()
+    assert sys.getrefcount(aux) == before
+
+
+# ------------------------------------------------------------------------------------------------
+# cycles through treedefs
+
+
+class Holder:
+    """Aux data that will hold a reference back to the treedef containing it."""
+
+    td = None
+
+    def __eq__(self, other):
+        return isinstance(other, Holder)
+
+    def __hash__(self):
+        return 0
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda h: Pair(1, 2, tag=h),
+        lambda h: [NodeClass(1, meta=h), {"a": None}],
+        lambda h: Point(1, 2, label=h),
+        lambda h: {"k": Pair(None, 3, tag=h)},
+    ],
+    ids=["pair", "node_class", "dataclass_meta", "nested"],
+)
+def test_cycle_through_aux_data_is_collected(build):
+    holder = Holder()
+    td = tu.tree_structure(build(holder))
+    holder.td = td  # holder -> td -> holder
+    ref = weakref.ref(holder)
+    del holder, td
+    gc.collect()
+    assert ref() is None
+
+
+def test_cycle_through_dict_key_is_collected():
+    key = Key(0)
+    td = tu.tree_structure({key: 1})
+    key.td = td  # key -> td -> key
+    ref = weakref.ref(key)
+    del key, td
+    gc.collect()
+    assert ref() is None
+
+
+def test_cycle_through_child_treedef_is_collected():
+    holder = Holder()
+    child = tu.tree_structure(Pair(1, 2, tag=holder))
+    parent = tu.treedef_tuple([child, tu.tree_structure([1])])
+    holder.td = parent
+    ref = weakref.ref(holder)
+    del holder, child, parent
+    gc.collect()
+    assert ref() is None
+
+
+def test_cycle_via_jax_conversion_is_collected():
+    holder = Holder()
+    td = tu.tree_structure(Pair(1, 2, tag=holder))
+    holder.td = (td, td.to_jax(), fastree.from_jax(td.to_jax()))
+    ref = weakref.ref(holder)
+    del holder, td
+    gc.collect()
+    assert ref() is None
+
+
+def test_treedef_traverse_reports_aux():
+    holder = Holder()
+    td = tu.tree_structure(Pair(1, 2, tag=holder))
+    # the GC can see what a treedef holds (needed to break cycles at all)
+    assert gc.is_tracked(td)
+    assert any(r is holder for r in _transitive_referents(td, depth=3))
+
+
+def _transitive_referents(obj, depth):
+    seen, frontier = [], [obj]
+    for _ in range(depth):
+        nxt = []
+        for o in frontier:
+            for r in gc.get_referents(o):
+                seen.append(r)
+                nxt.append(r)
+        frontier = nxt
+    return seen
