@@ -2,6 +2,7 @@
 // the cold ones (registration, bridge set-up) go through pybind11.
 #include <pybind11/pybind11.h>
 
+#include "aux_check.h"
 #include "entry_points.h"
 #include "keys.h"
 #include "registry.h"
@@ -129,4 +130,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("SequenceKey"), py::arg("GetAttrKey"), py::arg("FlattenedIndexKey"),
         py::arg("to_jax"), py::arg("map_error"),
         "Connects the core to JAX: its registry (for JAX-only types), key classes and hooks.");
+    m.def(
+        "set_aux_hooks",
+        [](py::handle classify, py::handle reporter) { aux::SetHooks(classify.ptr(), reporter.ptr()); },
+        py::arg("classify"), py::arg("reporter"),
+        "Installs the aux_data checks: classify(type, example) -> bool is asked once per value "
+        "type whether it is plain static data; reporter(node_type, aux, tree) warns or raises.");
+    m.def("set_strict_aux", [](bool strict) { aux::SetStrict(strict); }, py::arg("strict"),
+          "Strict mode: aux_data must also be hashable (unhashable containers are reported).");
+    m.def("strict_aux", []() { return aux::Strict(); }, "Whether strict aux checking is on.");
 }

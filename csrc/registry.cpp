@@ -1,6 +1,7 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry.h"
 
+#include "aux_check.h"
 #include "keys.h"
 #include "treedef.h"
 
@@ -265,6 +266,7 @@ int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(s.jax_flatten_with_keys);
     // The core's other module-lifetime references: JAX's key classes and the bridge hooks.
     if (int err = keys::Traverse(visit, arg)) return err;
+    if (int err = aux::Traverse(visit, arg)) return err;
     return TraverseHooks(visit, arg);
 }
 

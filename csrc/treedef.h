@@ -127,6 +127,7 @@ int Equal(const TreeDef& a, const TreeDef& b);  // 1, 0, or -1 with an error set
 PyObject* Repr(const TreeDef& def);
 
 // pickle.cpp.
+PyObject* State(const TreeDef& def);
 PyObject* Reduce(const TreeDef& def);
 PyObject* FromState(PyObject* state);
 

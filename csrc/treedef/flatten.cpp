@@ -7,6 +7,7 @@
 
 #include "keys.h"
 #include "pyutils.h"
+#include "aux_check.h"
 #include "dict_items.h"
 #include "treedef.h"
 
@@ -54,6 +55,11 @@ class Flattener {
           paths_(paths) {}
 
     ~Flattener() { DecrefAll(path_); }
+
+    bool Run(PyObject* root) {
+        root_ = root;
+        return Visit(root);
+    }
 
     bool Visit(PyObject* obj) {
         if (is_leaf_ != nullptr) {
@@ -358,6 +364,10 @@ class Flattener {
                 }
                 PyTuple_SET_ITEM(node_data, i, v);
             }
+            if (!aux::Check(reg->type, node_data, root_)) {
+                Py_DECREF(node_data);
+                return false;
+            }
         }
         const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
         for (Py_ssize_t i = 0; i < n; ++i) {
@@ -410,6 +420,12 @@ class Flattener {
         if (!SplitFlattenResult(result, with_keys, &children, &aux)) {
             Py_DECREF(result);
             return false;
+        }
+        if constexpr (kDef) {  // aux only matters where it enters a treedef
+            if (!aux::Check(reg->type, aux, root_)) {
+                Py_DECREF(result);
+                return false;
+            }
         }
         Py_ssize_t arity = 0;
         bool ok = with_keys ? VisitKeyedChildren(children, result, &arity)
@@ -500,6 +516,7 @@ class Flattener {
     }
 
     bool one_level_;  // flatten_one_level: every child of the root is taken as a leaf
+    PyObject* root_ = nullptr;  // borrowed: the tree being flattened (for aux-data reports)
     PyObject* is_leaf_;
     bool is_leaf_takes_path_;
     TreeDef* def_;
@@ -512,7 +529,7 @@ template <bool kDef, bool kPaths>
 bool Run(PyObject* tree, PyObject* is_leaf, bool takes_path, TreeDef* def,
          std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
     Flattener<kDef, kPaths> f(is_leaf, takes_path, def, leaves, paths);
-    return f.Visit(tree);
+    return f.Run(tree);
 }
 
 }  // namespace
@@ -521,10 +538,10 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
                      std::vector<PyObject*>* paths) {
     if (paths != nullptr) {
         Flattener<true, true> f(nullptr, false, def, children, paths, /*one_level=*/true);
-        return f.Visit(node);
+        return f.Run(node);
     }
     Flattener<true, false> f(nullptr, false, def, children, nullptr, /*one_level=*/true);
-    return f.Visit(node);
+    return f.Run(node);
 }
 
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,

@@ -1,6 +1,8 @@
-// Pickling. State format (version 1): (1, ((type_or_None, data, arity), ...)) over the post-order
-// nodes, where type is the node's class (None for a leaf) and data is what node_data() reports
-// (dict keys as a list). Classes pickle by qualified name, so unpickling needs the same node
+// Pickling, and the public node-level view of a treedef (PyTreeDef._state()).
+// State format (version 1): (1, ((type, data, arity, ref), ...)) over the post-order nodes:
+//   a leaf            (None, None, 0, -1)
+//   a node            (its class, what node_data() reports as data, number of children, -1)
+//   a shared ref      (None, None, 0, index of the node it repeats)   [identity-preserving nodes] Classes pickle by qualified name, so unpickling needs the same node
 // types importable and registered; the structure is rebuilt through the same validation as
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
 #include "pyutils.h"
@@ -10,29 +12,35 @@ namespace fastree {
 
 static constexpr long kPickleVersion = 1;
 
-PyObject* Reduce(const TreeDef& def) {
+PyObject* State(const TreeDef& def) {
     Ref nodes(PyTuple_New(def.num_nodes()));
     if (!nodes) return nullptr;
     for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
         const Node& node = def.nodes[i];
         PyObject* entry;
         if (node.kind == NodeKind::kLeaf) {
-            entry = Py_BuildValue("(OOn)", Py_None, Py_None, static_cast<Py_ssize_t>(0));
+            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, Py_ssize_t{-1});
         } else {
             Ref nd(def.NodeData(node));
             if (!nd) return nullptr;
-            entry = Py_BuildValue("(OOn)", PyTuple_GET_ITEM(nd.get(), 0),
-                                  PyTuple_GET_ITEM(nd.get(), 1), node.arity);
+            entry = Py_BuildValue("(OOnn)", PyTuple_GET_ITEM(nd.get(), 0),
+                                  PyTuple_GET_ITEM(nd.get(), 1), node.arity, Py_ssize_t{-1});
         }
         if (entry == nullptr) return nullptr;
         PyTuple_SET_ITEM(nodes.get(), i, entry);
     }
+    return Py_BuildValue("(lO)", kPickleVersion, nodes.get());
+}
+
+PyObject* Reduce(const TreeDef& def) {
+    Ref state(State(def));
+    if (!state) return nullptr;
     PyObject* module = PyImport_ImportModule("fastree._core");
     if (module == nullptr) return nullptr;
     PyObject* ctor = PyObject_GetAttrString(module, "_treedef_from_state");
     Py_DECREF(module);
     if (ctor == nullptr) return nullptr;
-    return Py_BuildValue("(N((lO)))", ctor, kPickleVersion, nodes.get());
+    return Py_BuildValue("(N(O))", ctor, state.get());
 }
 
 PyObject* FromState(PyObject* state) {
@@ -55,10 +63,14 @@ PyObject* FromState(PyObject* state) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); ++i) {
         PyObject* entry = PyTuple_GET_ITEM(nodes, i);
         PyObject *type, *data;
-        Py_ssize_t arity;
-        if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "OOn", &type, &data, &arity)) {
+        Py_ssize_t arity, ref;
+        if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "OOnn", &type, &data, &arity, &ref)) {
             PyErr_Clear();
             PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef pickle state: bad node entry.");
+            return nullptr;
+        }
+        if (ref != -1) {
+            PyErr_SetString(PyExc_ValueError, "Shared references are not supported yet.");
             return nullptr;
         }
         if (arity < 0 || arity > open_subtrees) {

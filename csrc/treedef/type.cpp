@@ -117,6 +117,7 @@ PyObject* MFromNodeDataAndChildren(PyObject*, PyObject* const* args, Py_ssize_t 
 }
 
 PyObject* MReduce(PyObject* self, PyObject*) { return Reduce(DefOf(self)); }
+PyObject* MState(PyObject* self, PyObject*) { return State(DefOf(self)); }
 
 PyObject* MToJax(PyObject* self, PyObject*) {
     if (g_to_jax_hook == nullptr) {
@@ -152,6 +153,9 @@ PyMethodDef kMethods[] = {
     {"to_jax", MToJax, METH_NOARGS,
      "to_jax($self, /)\n--\n\nThe equal jax.tree_util.PyTreeDef."},
     {"__reduce__", MReduce, METH_NOARGS, nullptr},
+    {"_state", MState, METH_NOARGS,
+     "_state($self, /)\n--\n\nThe post-order node records (version, ((type, data, arity, ref), "
+     "...)): the pickle state, and the input of serialize/fingerprint/diff."},
     {nullptr, nullptr, 0, nullptr},
 };
 
