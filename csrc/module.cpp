@@ -101,19 +101,22 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "register_node",
-        [](py::handle type, py::handle flatten, py::handle unflatten, py::handle flatten_with_keys) {
+        [](py::handle type, py::handle flatten, py::handle unflatten, py::handle flatten_with_keys,
+           bool preserve_identity) {
             ThrowIfFalse(registry::RegisterCustom(type.ptr(), flatten.ptr(), unflatten.ptr(),
-                                                  flatten_with_keys.ptr()));
+                                                  flatten_with_keys.ptr(), preserve_identity));
         },
         py::arg("type"), py::arg("flatten"), py::arg("unflatten"),
-        py::arg("flatten_with_keys") = py::none(),
+        py::arg("flatten_with_keys") = py::none(), py::arg("preserve_identity") = false,
         "Registers `type` as a custom node (flatten may be None if flatten_with_keys is given).");
     m.def(
         "register_dataclass_node",
-        [](py::handle type, py::tuple data_fields, py::tuple meta_fields) {
-            ThrowIfFalse(registry::RegisterDataclass(type.ptr(), data_fields.ptr(), meta_fields.ptr()));
+        [](py::handle type, py::tuple data_fields, py::tuple meta_fields, bool preserve_identity) {
+            ThrowIfFalse(registry::RegisterDataclass(type.ptr(), data_fields.ptr(), meta_fields.ptr(),
+                                                     preserve_identity));
         },
         py::arg("type"), py::arg("data_fields"), py::arg("meta_fields"),
+        py::arg("preserve_identity") = false,
         "Registers a dataclass-like `type` whose fields are read and set in C++.");
     m.def(
         "install_jax_bridge",
@@ -138,5 +141,13 @@ PYBIND11_MODULE(_core, m) {
         "type whether it is plain static data; reporter(node_type, aux, tree) warns or raises.");
     m.def("set_strict_aux", [](bool strict) { aux::SetStrict(strict); }, py::arg("strict"),
           "Strict mode: aux_data must also be hashable (unhashable containers are reported).");
+    m.def(
+        "is_identity_type",
+        [](py::handle type) {
+            if (!PyType_Check(type.ptr())) return false;
+            return registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type.ptr()))
+                ->preserve_identity;
+        },
+        py::arg("type"), "Whether `type` is registered as an identity-preserving node.");
     m.def("strict_aux", []() { return aux::Strict(); }, "Whether strict aux checking is on.");
 }

@@ -181,7 +181,7 @@ static Registration* NewRegistration(PyObject* type, NodeKind kind) {
 }
 
 bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
-                    PyObject* flatten_with_keys) {
+                    PyObject* flatten_with_keys, bool preserve_identity) {
     if (!PyType_Check(type)) {
         PyErr_Format(PyExc_TypeError, "Expected a type to register, got %R.", type);
         return false;
@@ -196,10 +196,12 @@ bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
     reg->flatten = Py_XNewRef(flatten);
     reg->unflatten = Py_NewRef(unflatten);
     reg->flatten_with_keys = Py_XNewRef(flatten_with_keys);
+    reg->preserve_identity = preserve_identity;
     return true;
 }
 
-bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields) {
+bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields,
+                       bool preserve_identity) {
     if (!PyType_Check(type) || !PyTuple_Check(data_fields) || !PyTuple_Check(meta_fields)) {
         PyErr_SetString(PyExc_TypeError,
                         "register_dataclass_node expects (type, tuple[str], tuple[str]).");
@@ -208,6 +210,7 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
     Registration* reg = NewRegistration(type, NodeKind::kDataclass);
     reg->data_fields = Py_NewRef(data_fields);
     reg->meta_fields = Py_NewRef(meta_fields);
+    reg->preserve_identity = preserve_identity;
     return true;
 }
 

@@ -28,6 +28,7 @@ enum class NodeKind : uint8_t {
     kDefaultDict,  // collections.defaultdict, sorted keys (a "custom" node to JAX)
     kCustom,       // flatten/unflatten callbacks (fastree- or JAX-registered)
     kDataclass,    // register_dataclass: fields read in C++, no Python callback per node
+    kSharedRef,    // treedef only: a repeat of an identity-preserving node seen earlier
 };
 
 // How one node type is taken apart and rebuilt. Registrations are never freed (JAX's are not
@@ -43,6 +44,9 @@ struct Registration {
     PyObject* data_fields = nullptr;        // kDataclass: tuple[str] of child attributes
     PyObject* meta_fields = nullptr;        // kDataclass: tuple[str] of static attributes
     bool from_jax = false;                  // discovered in JAX's registry, not registered here
+    // Identity-preserving ("PyDAG") node: an instance reached through several paths is flattened
+    // once and rebuilt as one shared object (see treedef.h, NodeKind::kSharedRef).
+    bool preserve_identity = false;
 };
 
 namespace registry {
@@ -93,8 +97,9 @@ inline const Registration* ClassifyType(PyTypeObject* t) {
 // registration, so duplicate errors come from JAX with JAX's text). Return false with a
 // Python error set on failure.
 bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
-                    PyObject* flatten_with_keys);
-bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields);
+                    PyObject* flatten_with_keys, bool preserve_identity);
+bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields,
+                       bool preserve_identity);
 
 // Installs JAX's registry dict and its flatten_one_level_with_keys (used for key paths of
 // JAX-only types). Owned references are kept by the registry object.

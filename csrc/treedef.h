@@ -7,12 +7,14 @@
 // per call, and a hand-made type costs one allocation where a pybind11 instance costs a type-map
 // lookup and a holder on top (measurable on the 3-leaf-tuple per-call benchmark).
 //
-// Room for identity-preserving nodes: a node kind that records "same object as node j" (an index
-// back into `nodes`) fits this layout without changing any existing field.
+// Identity-preserving nodes: the first occurrence of a shared object is an ordinary node; every
+// later occurrence is a kSharedRef node whose `ref` is the index of that first node (always
+// earlier in post-order, so unflatten has already built the object it must repeat).
 #pragma once
 
 #include <Python.h>
 
+#include <string>
 #include <vector>
 
 #include "registry.h"
@@ -21,6 +23,8 @@ namespace fastree {
 
 struct Node {
     NodeKind kind = NodeKind::kLeaf;
+    // True if some kSharedRef node repeats this one (unflatten must remember what it built).
+    bool shared_target = false;
     // Number of direct children (0 for leaves and None).
     Py_ssize_t arity = 0;
     // Leaves in the subtree rooted here.
@@ -42,20 +46,28 @@ struct Node {
     // Keys live in one flat vector per treedef instead of a Python list per dict: fewer objects
     // for the GC to sweep and no allocation per dict node.
     Py_ssize_t keys_begin = 0;
+    // kSharedRef: index of the node it repeats; -1 otherwise.
+    Py_ssize_t ref = -1;
 };
 
 // The structure proper; move-only, owns the references in its nodes and keys.
 struct TreeDef {
     std::vector<Node> nodes;      // post-order, root last
     std::vector<PyObject*> keys;  // owned: the sorted keys of every kDict node
+    bool has_refs = false;        // some node is a kSharedRef (set by whoever appends one)
 
     TreeDef() = default;
-    TreeDef(TreeDef&&) noexcept = default;
+    TreeDef(TreeDef&& other) noexcept
+        : nodes(std::move(other.nodes)), keys(std::move(other.keys)), has_refs(other.has_refs) {
+        other.has_refs = false;
+    }
     TreeDef& operator=(TreeDef&& other) noexcept {
         if (this != &other) {
             Release();
             nodes = std::move(other.nodes);
             keys = std::move(other.keys);
+            has_refs = other.has_refs;
+            other.has_refs = false;
         }
         return *this;
     }
@@ -69,8 +81,16 @@ struct TreeDef {
     Py_ssize_t num_leaves() const { return nodes.empty() ? 0 : nodes.back().num_leaves; }
     Py_ssize_t num_nodes() const { return static_cast<Py_ssize_t>(nodes.size()); }
 
-    // Appends copies (new references) of src.nodes[begin, end), rebasing dict keys.
+    // Appends copies (new references) of src.nodes[begin, end), rebasing dict keys and shared
+    // references. A reference to a node before `begin` is replaced by a copy of that node's
+    // subtree, so the result is self-contained (sharing inside the range is kept).
     void AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end);
+
+    // Recomputes num_leaves/num_nodes and shared_target for nodes [from, end) from arities and
+    // refs (after splicing).
+    void Renormalize(Py_ssize_t from);
+
+    bool HasSharedRefs() const { return has_refs; }
 
     // Indices of the roots of the children of node `index`, in child order.
     void ChildRoots(Py_ssize_t index, std::vector<Py_ssize_t>* out) const;
@@ -135,6 +155,8 @@ PyObject* FromState(PyObject* state);
 
 namespace fastree {
 // structure.cpp.
+// keystr() of the path from the root to node `index` (for error messages).
+std::string KeyPathString(const TreeDef& def, Py_ssize_t index);
 // Appends the root node for `type` with `arity` children (the last `arity` subtrees of `def`).
 bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def);
 PyObject* Children(const TreeDef& def);

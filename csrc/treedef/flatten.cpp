@@ -3,6 +3,9 @@
 // One template serves every entry point; kDef/kPaths switch off what a caller does not need, so
 // tree_leaves builds no treedef and tree_flatten creates no key objects.
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "keys.h"
@@ -15,6 +18,22 @@ namespace fastree {
 namespace {
 
 constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
+
+// Set when a cycle through identity-preserving nodes was found by a flatten that tracks no key
+// paths: Flatten() then repeats the walk with paths to name where the cycle closes.
+bool g_cycle_wants_path = false;
+
+// keystr(path): JAX's key entries print as their path segment.
+std::string KeyStr(const std::vector<PyObject*>& path) {
+    std::string out;
+    for (PyObject* key : path) {
+        if (!StrInto(key, &out)) {
+            PyErr_Clear();
+            out += "<?>";
+        }
+    }
+    return out;
+}
 
 PyObject* KeysTuple(const Items& items) {
     PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
@@ -54,7 +73,12 @@ class Flattener {
           leaves_(leaves),
           paths_(paths) {}
 
-    ~Flattener() { DecrefAll(path_); }
+    ~Flattener() {
+        DecrefAll(path_);
+        if (seen_) {
+            for (auto& entry : *seen_) Py_DECREF(entry.first);
+        }
+    }
 
     bool Run(PyObject* root) {
         root_ = root;
@@ -68,6 +92,7 @@ class Flattener {
             if (leaf) return AddLeaf(obj);
         }
         const Registration* reg = registry::Classify(obj);
+        if (reg->preserve_identity) return VisitShared(obj, reg);
         switch (reg->kind) {
             case NodeKind::kLeaf:
                 return AddLeaf(obj);
@@ -90,6 +115,8 @@ class Flattener {
                 return VisitCustom(obj, reg);
             case NodeKind::kDataclass:
                 return VisitDataclass(obj, reg);
+            case NodeKind::kSharedRef:
+                break;  // a treedef-only kind; Classify never returns it
         }
         PyErr_SetString(PyExc_SystemError, "fastree: unknown node kind");
         return false;
@@ -344,6 +371,52 @@ class Flattener {
         return true;
     }
 
+    // ---- identity-preserving nodes
+
+    static constexpr Py_ssize_t kInProgress = -2;
+
+    // The first occurrence of an identity-preserving object is flattened as usual; later ones
+    // become kSharedRef nodes (and contribute no leaves).
+    bool VisitShared(PyObject* obj, const Registration* reg) {
+        if (!seen_) seen_ = std::make_unique<std::unordered_map<PyObject*, Py_ssize_t>>();
+        auto it = seen_->find(obj);
+        if (it != seen_->end()) {
+            if (it->second == kInProgress) return RaiseCycle(obj);
+            if constexpr (kDef) {
+                Node node;
+                node.kind = NodeKind::kSharedRef;
+                node.num_nodes = 1;
+                node.ref = it->second;
+                def_->nodes[it->second].shared_target = true;
+                def_->nodes.push_back(node);
+                def_->has_refs = true;
+            }
+            return true;
+        }
+        seen_->emplace(Py_NewRef(obj), kInProgress);
+        bool ok = reg->kind == NodeKind::kDataclass ? VisitDataclass(obj, reg)
+                                                    : VisitCustom(obj, reg);
+        if (!ok) return false;
+        (*seen_)[obj] = kDef ? def_->num_nodes() - 1 : 0;
+        return true;
+    }
+
+    bool RaiseCycle(PyObject* obj) {
+        if constexpr (kPaths) {
+            PyErr_Format(PyExc_ValueError,
+                         "Reference cycle through an identity-preserving node: the %R at key "
+                         "path %s contains itself.",
+                         reinterpret_cast<PyObject*>(Py_TYPE(obj)), KeyStr(path_).c_str());
+        } else {
+            g_cycle_wants_path = true;
+            PyErr_Format(PyExc_ValueError,
+                         "Reference cycle through an identity-preserving node: a %R contains "
+                         "itself.",
+                         reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+        }
+        return false;
+    }
+
     // ---- registered nodes
 
     bool VisitDataclass(PyObject* obj, const Registration* reg) {
@@ -523,6 +596,10 @@ class Flattener {
     std::vector<PyObject*>* leaves_;
     std::vector<PyObject*>* paths_;
     std::vector<PyObject*> path_;  // owned key entries from the root to the current node
+    // Identity-preserving objects met so far -> index of their node (kInProgress while their
+    // subtree is being visited). Owns a reference to each object, so a temporary freed during
+    // this flatten cannot hand its address to a new object. Allocated on first use only.
+    std::unique_ptr<std::unordered_map<PyObject*, Py_ssize_t>> seen_;
 };
 
 template <bool kDef, bool kPaths>
@@ -562,6 +639,24 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
                    : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
     }
     leaf_hint = leaves->size();
+    if (!ok && g_cycle_wants_path) {
+        // Walk again with key paths so the error can say where the cycle closes.
+        g_cycle_wants_path = false;
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        std::vector<PyObject*> scratch_leaves, scratch_paths;
+        bool again = Run<false, true>(tree, is_leaf, is_leaf_takes_path, nullptr, &scratch_leaves,
+                                      &scratch_paths);
+        DecrefAll(scratch_leaves);
+        DecrefAll(scratch_paths);
+        if (again) {
+            PyErr_Restore(type, value, tb);
+        } else {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
+    }
     return ok;
 }
 

@@ -4,6 +4,9 @@
 // pushes its children in order so the last child, whose subtree precedes the node in the
 // vector, is popped next. Error texts are JAX's, since libraries match on them.
 #include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "dict_items.h"
 #include "pyutils.h"
@@ -40,7 +43,11 @@ std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
 class PrefixWalker {
  public:
     PrefixWalker(const TreeDef& def, std::vector<PyObject*>* out) : def_(def), out_(out) {}
-    ~PrefixWalker() { DecrefAll(agenda_); }
+    ~PrefixWalker() {
+        DecrefAll(agenda_);
+        for (auto& entry : pending_refs_) Py_DECREF(entry.second);
+        for (auto& entry : identity_) Py_DECREF(entry.first);
+    }
 
     bool Run(PyObject* tree) {
         agenda_.push_back(Py_NewRef(tree));
@@ -49,6 +56,15 @@ class PrefixWalker {
             PyObject* obj = agenda_.back();
             agenda_.pop_back();
             const Node& node = def_.nodes[i];
+            if (node.kind == NodeKind::kSharedRef) {  // checked once its target has been seen
+                pending_refs_.push_back({i, obj});
+                continue;
+            }
+            if (node.custom != nullptr && node.custom->preserve_identity &&
+                !RecordIdentity(i, obj)) {
+                Py_DECREF(obj);
+                return false;
+            }
             if (!Step(node, obj)) return false;
             if (leaf_children_done_) {
                 // Step emitted the children straight into the output: skip their leaf nodes.
@@ -56,6 +72,7 @@ class PrefixWalker {
                 i -= node.arity;
             }
         }
+        if (!CheckRefs()) return false;
         std::reverse(out_->begin() + static_cast<std::ptrdiff_t>(out_begin), out_->end());
         return true;
     }
@@ -105,6 +122,8 @@ class PrefixWalker {
             case NodeKind::kCustom:
             case NodeKind::kDataclass:
                 return StepCustom(node, obj);
+            case NodeKind::kSharedRef:
+                break;  // handled by Run
         }
         return Fail(PyExc_SystemError, "fastree: unknown node kind");
     }
@@ -225,8 +244,48 @@ class PrefixWalker {
         return true;
     }
 
+    // ---- sharing pattern (identity-preserving nodes)
+
+    // `obj` sits at identity node `index`; the same object at another such node means the tree
+    // shares where this treedef does not.
+    bool RecordIdentity(Py_ssize_t index, PyObject* obj) {
+        auto [it, inserted] = identity_.try_emplace(obj, index);
+        if (inserted) {
+            Py_INCREF(obj);  // keep the address from being reused during this walk
+            if (def_.nodes[index].shared_target) target_objects_[index] = obj;
+            return true;
+        }
+        return Fail(PyExc_ValueError,
+                    "Sharing pattern mismatch: the same " + Repr(reinterpret_cast<PyObject*>(Py_TYPE(obj))) +
+                        " object is at key paths " + PathOf(index) + " and " + PathOf(it->second) +
+                        ", where the treedef has two distinct objects.");
+    }
+
+    // Every shared reference must hold the very object found at the node it repeats.
+    bool CheckRefs() {
+        for (auto& [index, obj] : pending_refs_) {
+            const Py_ssize_t target = def_.nodes[index].ref;
+            auto found = target_objects_.find(target);
+            if (found == target_objects_.end() || obj != found->second) {
+                return Fail(PyExc_ValueError,
+                            "Sharing pattern mismatch: the object at key path " + PathOf(index) +
+                                " must be the one at key path " + PathOf(target) +
+                                " (the treedef shares it), got " + Repr(obj) + ".");
+            }
+        }
+        return true;
+    }
+
+    std::string PathOf(Py_ssize_t index) const {
+        std::string path = KeyPathString(def_, index);
+        return path.empty() ? "()" : path;
+    }
+
     const TreeDef& def_;
     std::vector<PyObject*>* out_;
+    std::vector<std::pair<Py_ssize_t, PyObject*>> pending_refs_;  // (ref node, owned object)
+    std::unordered_map<PyObject*, Py_ssize_t> identity_;            // owned object -> node
+    std::unordered_map<Py_ssize_t, PyObject*> target_objects_;      // shared node -> its object
     std::vector<PyObject*> agenda_;
     bool leaf_children_done_ = false;  // set by a Step that emitted its leaf children itself
 };

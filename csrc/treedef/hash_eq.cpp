@@ -1,6 +1,7 @@
 // Treedef hashing and equality.
 //
-// Equal treedefs must hash equal. Like JAX, the hash covers the shape (kinds, arities, node types)
+// Equal treedefs must hash equal. Shared references are part of the structure: (m, m) and
+// (m1, m2) differ in both hash and equality. Like JAX, the hash covers the shape (kinds, arities, node types)
 // and not aux_data, which may be unhashable; unlike JAX it also mixes in dict keys, which are
 // always hashable, so same-shaped dicts with different keys spread across buckets. The hash is
 // computed once and cached in the (immutable) treedef.
@@ -24,7 +25,9 @@ Py_hash_t Hash(PyTreeDefObject* self) {
     for (const Node& node : def.nodes) {
         h = Mix(h, static_cast<Py_uhash_t>(node.kind));
         h = Mix(h, static_cast<Py_uhash_t>(node.arity));
-        if (node.kind == NodeKind::kNamedTuple) {
+        if (node.kind == NodeKind::kSharedRef) {
+            h = Mix(h, static_cast<Py_uhash_t>(node.ref));  // the sharing pattern is structure
+        } else if (node.kind == NodeKind::kNamedTuple) {
             h = Mix(h, reinterpret_cast<Py_uhash_t>(node.node_data));
         } else if (node.custom != nullptr) {
             h = Mix(h, reinterpret_cast<Py_uhash_t>(node.custom->type));
@@ -51,6 +54,7 @@ int Equal(const TreeDef& a, const TreeDef& b) {
         const Node& y = b.nodes[i];
         if (x.kind != y.kind || x.arity != y.arity || x.custom != y.custom) return 0;
         if (x.kind == NodeKind::kNamedTuple && x.node_data != y.node_data) return 0;
+        if (x.kind == NodeKind::kSharedRef && x.ref != y.ref) return 0;
     }
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];

@@ -18,8 +18,8 @@ PyObject* State(const TreeDef& def) {
     for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
         const Node& node = def.nodes[i];
         PyObject* entry;
-        if (node.kind == NodeKind::kLeaf) {
-            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, Py_ssize_t{-1});
+        if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
+            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, node.ref);
         } else {
             Ref nd(def.NodeData(node));
             if (!nd) return nullptr;
@@ -70,8 +70,23 @@ PyObject* FromState(PyObject* state) {
             return nullptr;
         }
         if (ref != -1) {
-            PyErr_SetString(PyExc_ValueError, "Shared references are not supported yet.");
-            return nullptr;
+            // A reference must repeat an earlier, non-leaf, non-reference node (earlier in
+            // post-order means a finished subtree, never an ancestor: no cycles).
+            if (type != Py_None || arity != 0 || ref < 0 || ref >= def.num_nodes() ||
+                def.nodes[ref].kind == NodeKind::kLeaf ||
+                def.nodes[ref].kind == NodeKind::kSharedRef) {
+                PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef state: bad shared reference.");
+                return nullptr;
+            }
+            Node node;
+            node.kind = NodeKind::kSharedRef;
+            node.num_nodes = 1;
+            node.ref = ref;
+            def.nodes[ref].shared_target = true;
+            def.nodes.push_back(node);
+            def.has_refs = true;
+            open_subtrees += 1;
+            continue;
         }
         if (arity < 0 || arity > open_subtrees) {
             PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef pickle state: bad arity.");

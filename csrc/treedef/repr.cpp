@@ -1,6 +1,7 @@
 // str/repr of a treedef, character-for-character JAX's `PyTreeDef(...)` text.
 // Built bottom-up over the post-order nodes with a stack of strings (no recursion).
 #include <string>
+#include <unordered_map>
 
 #include "pyutils.h"
 #include "treedef.h"
@@ -26,15 +27,25 @@ bool TypeName(PyObject* type, std::string* out) {
 
 }  // namespace
 
+// Shared nodes (identity-preserving objects met more than once) are labelled &1, &2, ... in
+// order of first occurrence: the first occurrence prints as `&1 CustomNode(...)`, every later
+// one as `&1`. JAX has no such nodes, so treedefs without sharing print exactly as JAX's.
 PyObject* Repr(const TreeDef& def) {
     std::vector<std::string> stack;
-    for (const Node& node : def.nodes) {
+    std::unordered_map<Py_ssize_t, int> labels;
+    for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
+        const Node& node = def.nodes[index];
         std::string s;
         const Py_ssize_t n = node.arity;
         switch (node.kind) {
             case NodeKind::kLeaf:
                 s = "*";
                 break;
+            case NodeKind::kSharedRef: {
+                auto it = labels.find(node.ref);
+                s = "&" + std::to_string(it == labels.end() ? 0 : it->second);
+                break;
+            }
             case NodeKind::kNone:
                 s = "None";
                 break;
@@ -79,6 +90,11 @@ PyObject* Repr(const TreeDef& def) {
                 Join(&s, stack, n);
                 s += "])";
                 break;
+        }
+        if (node.shared_target) {
+            const int label = static_cast<int>(labels.size()) + 1;
+            labels[index] = label;
+            s = "&" + std::to_string(label) + " " + s;
         }
         stack.resize(stack.size() - static_cast<size_t>(n));
         stack.push_back(std::move(s));

@@ -1,5 +1,9 @@
 // Building and taking apart treedefs: children(), compose(), treedef_tuple(), node_data(),
 // from_node_data_and_children(), walk() and from_iterable_tree().
+#include <string>
+#include <unordered_map>
+
+#include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
 
@@ -19,7 +23,56 @@ PyObject* DataPart(const TreeDef& def, const Node& node) {
     return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
 }
 
+// The key entry of child `k` of `node` (new reference), as flatten_with_path would produce it
+// for the built-in kinds; custom nodes report their flattened index.
+PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k) {
+    switch (node.kind) {
+        case NodeKind::kDict:
+            return keys::Dict(def.keys[node.keys_begin + k]);
+        case NodeKind::kOrderedDict:
+            return keys::Dict(PyTuple_GET_ITEM(node.node_data, k));
+        case NodeKind::kDefaultDict:
+            return keys::Dict(PyTuple_GET_ITEM(PyTuple_GET_ITEM(node.node_data, 1), k));
+        case NodeKind::kNamedTuple: {
+            Ref fields(PyObject_GetAttrString(node.node_data, "_fields"));
+            Ref name(fields ? PySequence_GetItem(fields.get(), k) : nullptr);
+            return name ? keys::GetAttr(name.get()) : nullptr;
+        }
+        case NodeKind::kDataclass:
+            return keys::GetAttr(PyTuple_GET_ITEM(node.custom->data_fields, k));
+        case NodeKind::kTuple:
+        case NodeKind::kList:
+            return keys::Sequence(k);
+        default:
+            return keys::FlattenedIndex(k);
+    }
+}
+
 }  // namespace
+
+std::string KeyPathString(const TreeDef& def, Py_ssize_t index) {
+    std::string out;
+    Py_ssize_t at = def.num_nodes() - 1;
+    std::vector<Py_ssize_t> roots;
+    while (at != index && at >= 0) {
+        def.ChildRoots(at, &roots);
+        Py_ssize_t next = -1;
+        for (size_t k = 0; k < roots.size(); ++k) {
+            const Py_ssize_t c = roots[k];
+            if (c - def.nodes[c].num_nodes < index && index <= c) {
+                Ref key(ChildKey(def, def.nodes[at], static_cast<Py_ssize_t>(k)));
+                if (!key || !StrInto(key.get(), &out)) {
+                    PyErr_Clear();
+                    out += "<?>";
+                }
+                next = c;
+                break;
+            }
+        }
+        at = next;
+    }
+    return out;
+}
 
 bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def) {
     if (!PyType_Check(type)) {
@@ -32,6 +85,7 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
     node.arity = arity;
     switch (reg->kind) {
         case NodeKind::kLeaf:
+        case NodeKind::kSharedRef:
             PyErr_Format(PyExc_RuntimeError, "Could not find type: %R.", type);
             return false;
         case NodeKind::kNone:
@@ -132,19 +186,23 @@ PyObject* Children(const TreeDef& def) {
 
 PyObject* Compose(const TreeDef& outer, const TreeDef& inner) {
     TreeDef out;
-    const Py_ssize_t inner_leaves = inner.num_leaves();
-    const Py_ssize_t inner_nodes = inner.num_nodes();
+    // Where each outer node landed, so outer shared references can be re-pointed.
+    std::vector<Py_ssize_t> moved(static_cast<size_t>(outer.num_nodes()), -1);
     for (Py_ssize_t i = 0; i < outer.num_nodes(); ++i) {
         const Node& node = outer.nodes[i];
         if (node.kind == NodeKind::kLeaf) {
-            out.AppendRange(inner, 0, inner_nodes);
-            continue;
+            out.AppendRange(inner, 0, inner.num_nodes());  // a fresh, self-contained copy
+        } else if (node.kind == NodeKind::kSharedRef) {
+            Node ref = node;
+            ref.ref = moved[node.ref];
+            out.nodes.push_back(ref);
+            out.has_refs = true;
+        } else {
+            out.AppendRange(outer, i, i + 1);
         }
-        out.AppendRange(outer, i, i + 1);
-        Node& copy = out.nodes.back();
-        copy.num_nodes = node.num_nodes - node.num_leaves + node.num_leaves * inner_nodes;
-        copy.num_leaves = node.num_leaves * inner_leaves;
+        moved[i] = out.num_nodes() - 1;
     }
+    out.Renormalize(0);
     return WrapTreeDef(std::move(out));
 }
 
@@ -215,16 +273,27 @@ PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject*
         return nullptr;
     }
     std::vector<PyObject*> stack;
+    std::unordered_map<Py_ssize_t, PyObject*> shared;  // owned: results of shared nodes
+    auto release = [&] {
+        DecrefAll(stack);
+        for (auto& entry : shared) Py_DECREF(entry.second);
+    };
     Py_ssize_t next = 0;
-    for (const Node& node : def.nodes) {
+    for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
+        const Node& node = def.nodes[index];
         PyObject* value;
-        if (node.kind == NodeKind::kLeaf) {
+        if (node.kind == NodeKind::kSharedRef) {
+            // A repeated node folds to the very value of its first occurrence.
+            auto it = shared.find(node.ref);
+            value = it != shared.end() ? Py_NewRef(it->second) : nullptr;
+            if (value == nullptr) PyErr_SetString(PyExc_ValueError, "dangling shared reference");
+        } else if (node.kind == NodeKind::kLeaf) {
             PyObject* leaf = PyTuple_GET_ITEM(seq.get(), next++);
             value = f_leaf ? PyObject_CallOneArg(f_leaf, leaf) : Py_NewRef(leaf);
         } else {
             PyObject* children = PyTuple_New(node.arity);
             if (children == nullptr) {
-                DecrefAll(stack);
+                release();
                 return nullptr;
             }
             for (Py_ssize_t k = 0; k < node.arity; ++k) {
@@ -238,19 +307,34 @@ PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject*
             Py_XDECREF(data);
         }
         if (value == nullptr) {
-            DecrefAll(stack);
+            release();
             return nullptr;
         }
+        if (node.shared_target) shared[index] = Py_NewRef(value);
         stack.push_back(value);
     }
-    return stack.empty() ? Py_NewRef(Py_None) : stack.back();
+    PyObject* out = stack.empty() ? Py_NewRef(Py_None) : stack.back();
+    stack.clear();
+    release();
+    return out;
 }
 
 // Rebuilds this structure from a tree of iterables: each node's children are read by iterating
 // the object at that position.
-static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* obj) {
+using SharedBuilt = std::unordered_map<Py_ssize_t, PyObject*>;  // owned objects of shared nodes
+
+static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* obj,
+                              SharedBuilt* shared) {
     const Node& node = def.nodes[index];
     if (node.kind == NodeKind::kLeaf) return Py_NewRef(obj);
+    if (node.kind == NodeKind::kSharedRef) {  // the object built at the first occurrence
+        auto it = shared->find(node.ref);
+        if (it == shared->end()) {
+            PyErr_SetString(PyExc_ValueError, "dangling shared reference");
+            return nullptr;
+        }
+        return Py_NewRef(it->second);
+    }
     RecursionGuard guard(" in PyTreeDef.from_iterable_tree");
     if (!guard.ok()) return nullptr;
     Ref items(PySequence_Tuple(obj));
@@ -264,19 +348,24 @@ static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* ob
     std::vector<PyObject*> children;
     children.reserve(roots.size());
     for (size_t k = 0; k < roots.size(); ++k) {
-        PyObject* child = FromIterable(def, roots[k], PyTuple_GET_ITEM(items.get(), k));
+        PyObject* child = FromIterable(def, roots[k], PyTuple_GET_ITEM(items.get(), k), shared);
         if (child == nullptr) {
             DecrefAll(children);
             return nullptr;
         }
         children.push_back(child);
     }
-    return BuildNode(def, node, children.data());
+    PyObject* built = BuildNode(def, node, children.data());
+    if (built != nullptr && node.shared_target) (*shared)[index] = Py_NewRef(built);
+    return built;
 }
 
 PyObject* FromIterableTree(const TreeDef& def, PyObject* obj) {
     if (def.nodes.empty()) return Py_NewRef(Py_None);
-    return FromIterable(def, def.num_nodes() - 1, obj);
+    SharedBuilt shared;
+    PyObject* out = FromIterable(def, def.num_nodes() - 1, obj, &shared);
+    for (auto& entry : shared) Py_DECREF(entry.second);
+    return out;
 }
 
 }  // namespace fastree

@@ -1,4 +1,7 @@
 // TreeDef's own bookkeeping: releasing references, copying node ranges, navigating children.
+#include <unordered_map>
+#include <utility>
+
 #include "pyutils.h"
 #include "treedef.h"
 
@@ -10,23 +13,90 @@ void TreeDef::Release() {
     std::vector<PyObject*> old_keys = std::move(keys);
     nodes.clear();
     keys.clear();
+    has_refs = false;
     for (Node& node : old_nodes) Py_XDECREF(node.node_data);
     for (PyObject* key : old_keys) Py_XDECREF(key);
 }
 
-void TreeDef::AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end) {
-    nodes.reserve(nodes.size() + static_cast<size_t>(end - begin));
+namespace {
+
+// Copies src.nodes[begin, end) into dst. `remap` maps source node indices to their copies, so
+// shared references inside the range point at the copies; a reference to a node outside the
+// range copies that node's subtree in its place (once: later references repeat the copy).
+void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* dst,
+               std::unordered_map<Py_ssize_t, Py_ssize_t>* remap) {
     for (Py_ssize_t i = begin; i < end; ++i) {
-        Node node = src.nodes[i];
-        Py_XINCREF(node.node_data);
-        if (node.kind == NodeKind::kDict) {
-            Py_ssize_t new_begin = static_cast<Py_ssize_t>(keys.size());
-            for (Py_ssize_t k = 0; k < node.arity; ++k) {
-                keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
+        const Node& node = src.nodes[i];
+        if (node.kind == NodeKind::kSharedRef) {
+            auto it = remap->find(node.ref);
+            if (it == remap->end()) {
+                const Node& target = src.nodes[node.ref];
+                CopyRange(src, node.ref - target.num_nodes + 1, node.ref + 1, dst, remap);
+                continue;  // the copy stands in for the reference
             }
-            node.keys_begin = new_begin;
+            Node copy = node;
+            copy.ref = it->second;
+            dst->nodes.push_back(copy);
+            dst->has_refs = true;
+            continue;
         }
-        nodes.push_back(node);
+        Node copy = node;
+        Py_XINCREF(copy.node_data);
+        if (copy.kind == NodeKind::kDict) {
+            copy.keys_begin = static_cast<Py_ssize_t>(dst->keys.size());
+            for (Py_ssize_t k = 0; k < node.arity; ++k) {
+                dst->keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
+            }
+        }
+        (*remap)[i] = dst->num_nodes();
+        dst->nodes.push_back(copy);
+    }
+}
+
+}  // namespace
+
+void TreeDef::AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end) {
+    const Py_ssize_t from = num_nodes();
+    if (!src.HasSharedRefs()) {  // the common case: a flat copy
+        nodes.reserve(nodes.size() + static_cast<size_t>(end - begin));
+        for (Py_ssize_t i = begin; i < end; ++i) {
+            Node node = src.nodes[i];
+            Py_XINCREF(node.node_data);
+            if (node.kind == NodeKind::kDict) {
+                Py_ssize_t new_begin = static_cast<Py_ssize_t>(keys.size());
+                for (Py_ssize_t k = 0; k < node.arity; ++k) {
+                    keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
+                }
+                node.keys_begin = new_begin;
+            }
+            nodes.push_back(node);
+        }
+        return;
+    }
+    std::unordered_map<Py_ssize_t, Py_ssize_t> remap;
+    CopyRange(src, begin, end, this, &remap);
+    Renormalize(from);
+}
+
+void TreeDef::Renormalize(Py_ssize_t from) {
+    // (leaves, nodes) of each finished subtree, as a post-order stack.
+    std::vector<std::pair<Py_ssize_t, Py_ssize_t>> stack;
+    for (Py_ssize_t i = from; i < num_nodes(); ++i) {
+        Node& node = nodes[i];
+        node.shared_target = false;
+        Py_ssize_t leaves = node.kind == NodeKind::kLeaf ? 1 : 0;
+        Py_ssize_t count = 1;
+        for (Py_ssize_t k = 0; k < node.arity && !stack.empty(); ++k) {
+            leaves += stack.back().first;
+            count += stack.back().second;
+            stack.pop_back();
+        }
+        node.num_leaves = leaves;
+        node.num_nodes = count;
+        stack.emplace_back(leaves, count);
+    }
+    for (Py_ssize_t i = from; i < num_nodes(); ++i) {
+        if (nodes[i].kind == NodeKind::kSharedRef) nodes[nodes[i].ref].shared_target = true;
     }
 }
 
@@ -43,6 +113,7 @@ void TreeDef::ChildRoots(Py_ssize_t index, std::vector<Py_ssize_t>* out) const {
 PyObject* TreeDef::NodeType(const Node& node) const {
     switch (node.kind) {
         case NodeKind::kLeaf:
+        case NodeKind::kSharedRef:
             return Py_NewRef(Py_None);
         case NodeKind::kNone:
             return Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(Py_None)));
@@ -64,7 +135,9 @@ PyObject* TreeDef::NodeType(const Node& node) const {
 }
 
 PyObject* TreeDef::NodeData(const Node& node) const {
-    if (node.kind == NodeKind::kLeaf) return Py_NewRef(Py_None);
+    if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
+        return Py_NewRef(Py_None);
+    }
     Ref type(NodeType(node));
     Ref data;
     switch (node.kind) {

@@ -78,7 +78,8 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
     const Py_ssize_t n = node.arity;
     switch (node.kind) {
         case NodeKind::kLeaf:
-            PyErr_SetString(PyExc_SystemError, "fastree: BuildNode called on a leaf");
+        case NodeKind::kSharedRef:
+            PyErr_SetString(PyExc_SystemError, "fastree: BuildNode called on a leaf or reference");
             return nullptr;
         case NodeKind::kNone:
             return Py_NewRef(Py_None);

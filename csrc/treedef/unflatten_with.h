@@ -3,6 +3,8 @@
 // interleaved with node construction, which is the order JAX's generator-fed unflatten has.
 #pragma once
 
+#include <unordered_map>
+
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -15,11 +17,27 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
     // Value stack of owned references; a node pops its `arity` children off the top.
     ScratchVector stack_buf;
     std::vector<PyObject*>& stack = stack_buf.get();
+    // Identity-preserving objects built so far, by node index. Owned: a parent's unflatten
+    // function need not keep its children alive, and a later reference still needs them.
+    std::unordered_map<Py_ssize_t, PyObject*> shared;
+    auto release_shared = [&shared] {
+        for (auto& entry : shared) Py_DECREF(entry.second);
+        shared.clear();
+    };
     Py_ssize_t next_leaf = 0;
-    for (const Node& node : def.nodes) {
+    for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
+        const Node& node = def.nodes[index];
         PyObject* built;
         if (node.kind == NodeKind::kLeaf) {
             built = leaf(next_leaf++);
+        } else if (node.kind == NodeKind::kSharedRef) {
+            auto it = shared.find(node.ref);
+            if (it == shared.end()) {
+                PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (dangling reference)");
+                built = nullptr;
+            } else {
+                built = Py_NewRef(it->second);
+            }
         } else {
             PyObject** children = stack.data() + (stack.size() - node.arity);
             built = BuildNode(def, node, children);  // consumes the children
@@ -27,10 +45,13 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
         }
         if (built == nullptr) {
             DecrefAll(stack);
+            release_shared();
             return nullptr;
         }
+        if (node.shared_target) shared[index] = Py_NewRef(built);
         stack.push_back(built);
     }
+    release_shared();
     if (stack.size() != 1) {
         DecrefAll(stack);
         PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (unbalanced node stack)");
