@@ -31,6 +31,13 @@ def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
     node_data = treedef.node_data()
     if node_data is None:
         return _jtu.tree_structure(0)
+    if _core.is_identity_type(node_data[0]):
+        # JAX holds an identity-preserving object as one node over its unique leaves, with
+        # fastree's treedef of the whole subtree (sharing included) as aux data.
+        leaf = _jtu.tree_structure(0)
+        return _jtu.PyTreeDef.from_node_data_and_children(
+            _jtu.default_registry, (node_data[0], treedef), [leaf] * treedef.num_leaves
+        )
     children = [to_jax(child) for child in treedef.children()]
     return _jtu.PyTreeDef.from_node_data_and_children(
         _jtu.default_registry, node_data, children
@@ -47,6 +54,8 @@ def from_jax(treedef: _jtu.PyTreeDef) -> _core.PyTreeDef:
     if not isinstance(treedef, _jtu.PyTreeDef):
         raise TypeError(f"from_jax() expects a jax.tree_util.PyTreeDef, got {treedef!r}.")
     node_data = treedef.node_data()
+    if node_data is not None and _core.is_identity_type(node_data[0]):
+        return node_data[1]  # the subtree treedef fastree handed JAX (see to_jax)
     children = [from_jax(child) for child in treedef.children()]
     return _core.PyTreeDef.from_node_data_and_children(node_data, children)
 

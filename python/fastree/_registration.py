@@ -14,11 +14,17 @@ from typing import Any, TypeVar
 
 import jax.tree_util as _jtu
 
-from . import _core
+from . import _core, _identity
 
 T = TypeVar("T")
 Typ = TypeVar("Typ", bound=type[Any])
 H = TypeVar("H")
+
+
+def _register_with_jax_as_dag(nodetype: type[Any]) -> None:
+    # JAX flattens node by node and would copy shared children: it sees an identity-preserving
+    # object as one node holding its unique leaves, with fastree's subtree treedef as aux data.
+    _jtu.register_pytree_node(nodetype, _identity.jax_flatten, _identity.jax_unflatten)
 
 
 def register_pytree_node(
@@ -26,8 +32,13 @@ def register_pytree_node(
     flatten_func: Callable[[T], tuple[Iterable[Any], Any]],
     unflatten_func: Callable[[Any, Iterable[Any]], T],
     flatten_with_keys_func: Callable[[T], tuple[Iterable[tuple[Any, Any]], Any]] | None = None,
+    *,
+    preserve_identity: bool = False,
 ) -> None:
     """Makes ``nodetype`` a pytree node (in fastree and in JAX).
+
+    With ``preserve_identity=True`` an instance reached through several paths of one tree is
+    flattened once and rebuilt as one shared object (see the README's identity section).
 
     >>> import fastree.tree_util as tu
     >>> class Pair:
@@ -37,8 +48,13 @@ def register_pytree_node(
     >>> tu.tree_leaves(Pair(1, [2, 3]))
     [1, 2, 3]
     """
-    _jtu.register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func)
-    _core.register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func)
+    if preserve_identity:
+        _register_with_jax_as_dag(nodetype)
+    else:
+        _jtu.register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func)
+    _core.register_node(
+        nodetype, flatten_func, unflatten_func, flatten_with_keys_func, preserve_identity
+    )
 
 
 def register_pytree_with_keys(
@@ -46,6 +62,8 @@ def register_pytree_with_keys(
     flatten_with_keys: Callable[[T], tuple[Iterable[tuple[Any, Any]], Any]],
     unflatten_func: Callable[[Any, Iterable[Any]], T],
     flatten_func: Callable[[T], tuple[Iterable[Any], Any]] | None = None,
+    *,
+    preserve_identity: bool = False,
 ) -> None:
     """Like :func:`register_pytree_node`, with a flatten function that also returns keys.
 
@@ -58,7 +76,10 @@ def register_pytree_with_keys(
     >>> tu.tree_leaves_with_path(Box(7))
     [((GetAttrKey(name='x'),), 7)]
     """
-    _jtu.register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatten_func)
+    if preserve_identity:
+        _register_with_jax_as_dag(nodetype)
+    else:
+        _jtu.register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatten_func)
     if flatten_func is None:
         # The keyless flatten JAX derives, so malformed output fails with the same Python
         # unpacking errors as under JAX.
@@ -66,22 +87,46 @@ def register_pytree_with_keys(
             key_children, aux = flatten_with_keys(tree)
             return [child for _, child in key_children], aux
 
-    _core.register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+    _core.register_node(
+        nodetype, flatten_func, unflatten_func, flatten_with_keys, preserve_identity
+    )
 
 
-def register_pytree_node_class(cls: Typ) -> Typ:
-    """Class decorator: registers ``cls`` using its ``tree_flatten``/``tree_unflatten``."""
-    register_pytree_node(cls, operator.methodcaller("tree_flatten"), cls.tree_unflatten)
+def register_pytree_node_class(cls: Typ | None = None, *, preserve_identity: bool = False) -> Any:
+    """Class decorator: registers ``cls`` using its ``tree_flatten``/``tree_unflatten``.
+
+    Usable bare (``@register_pytree_node_class``) or as a factory
+    (``@register_pytree_node_class(preserve_identity=True)``).
+    """
+    if cls is None:
+        return lambda c: register_pytree_node_class(c, preserve_identity=preserve_identity)
+    register_pytree_node(
+        cls,
+        operator.methodcaller("tree_flatten"),
+        cls.tree_unflatten,
+        preserve_identity=preserve_identity,
+    )
     return cls
 
 
-def register_pytree_with_keys_class(cls: Typ) -> Typ:
-    """Class decorator: registers ``cls`` using ``tree_flatten_with_keys``/``tree_unflatten``."""
+def register_pytree_with_keys_class(
+    cls: Typ | None = None, *, preserve_identity: bool = False
+) -> Any:
+    """Class decorator: registers ``cls`` using ``tree_flatten_with_keys``/``tree_unflatten``.
+
+    Usable bare or as a factory, like :func:`register_pytree_node_class`.
+    """
+    if cls is None:
+        return lambda c: register_pytree_with_keys_class(c, preserve_identity=preserve_identity)
     flatten_func = (
         operator.methodcaller("tree_flatten") if hasattr(cls, "tree_flatten") else None
     )
     register_pytree_with_keys(
-        cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten, flatten_func
+        cls,
+        operator.methodcaller("tree_flatten_with_keys"),
+        cls.tree_unflatten,
+        flatten_func,
+        preserve_identity=preserve_identity,
     )
     return cls
 
@@ -97,13 +142,38 @@ def _dataclass_fields(
     return tuple(data_fields), tuple(meta_fields)
 
 
+def _check_dataclass_fields(
+    nodetype: type[Any], data: tuple[str, ...], meta: tuple[str, ...], drop_fields: Sequence[str]
+) -> None:
+    # The rules JAX's register_dataclass enforces, for the identity-preserving path (which
+    # registers with JAX through other functions and so does not get JAX's checks).
+    if dataclasses.is_dataclass(nodetype):
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
+        given = {*data, *meta}
+        if given != init_fields:
+            raise ValueError(
+                "data_fields and meta_fields must include all dataclass fields with ``init=True``"
+                f" and only them. Missing fields: {init_fields - given}; unexpected fields:"
+                f" {given - init_fields}."
+            )
+    if overlap := set(data) & set(meta):
+        raise ValueError(
+            f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
+        )
+
+
 def register_dataclass(
-    nodetype: Typ,
+    nodetype: Typ | None = None,
     data_fields: Sequence[str] | None = None,
     meta_fields: Sequence[str] | None = None,
     drop_fields: Sequence[str] = (),
-) -> Typ:
+    *,
+    preserve_identity: bool = False,
+) -> Any:
     """Registers a dataclass-like type; its fields are read and set in C++ (no Python callback).
+
+    Usable bare, with JAX's arguments, or as a factory:
+    ``@register_dataclass(preserve_identity=True)``.
 
     >>> import dataclasses, fastree.tree_util as tu
     >>> @tu.register_dataclass
@@ -114,9 +184,28 @@ def register_dataclass(
     >>> tu.tree_flatten(Layer(1.5))
     ([1.5], PyTreeDef(CustomNode(Layer[('l0',)], [*])))
     """
-    _jtu.register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
-    data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
-    _core.register_dataclass_node(nodetype, data, meta)
+    if nodetype is None:
+        return lambda t: register_dataclass(
+            t, data_fields, meta_fields, drop_fields, preserve_identity=preserve_identity
+        )
+    if not preserve_identity:
+        _jtu.register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
+        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
+    else:
+        if (data_fields is None) != (meta_fields is None):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields must both be specified when"
+                f" either is specified. Got {data_fields=} {meta_fields=}."
+            )
+        if data_fields is None and not dataclasses.is_dataclass(nodetype):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields are required when nodetype is"
+                f" not a dataclass. Got {nodetype=}."
+            )
+        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
+        _check_dataclass_fields(nodetype, data, meta, drop_fields)
+        _register_with_jax_as_dag(nodetype)
+    _core.register_dataclass_node(nodetype, data, meta, preserve_identity)
     return nodetype
 
 
