@@ -91,16 +91,38 @@ def _default_matches(got, expected):
     return type(got).__name__ == type(expected).__name__
 
 
+# fastree's documented extensions of JAX's signatures: the identity-preserving opt-in, a
+# keyword-only flag whose default keeps JAX's semantics, and (for the class decorators and
+# register_dataclass) a first argument that may be omitted to use the function as a decorator
+# factory, e.g. ``@register_dataclass(preserve_identity=True)``.
+EXTRA_KEYWORDS = {
+    "register_pytree_node": {"preserve_identity": False},
+    "register_pytree_with_keys": {"preserve_identity": False},
+    "register_pytree_node_class": {"preserve_identity": False},
+    "register_pytree_with_keys_class": {"preserve_identity": False},
+    "register_dataclass": {"preserve_identity": False},
+}
+FACTORY_FIRST_ARG = {"register_pytree_node_class", "register_pytree_with_keys_class",
+                     "register_dataclass"}
+
+
 def _assert_same_parameters(fast_fn, jax_fn):
-    fp = inspect.signature(fast_fn).parameters
+    fp = dict(inspect.signature(fast_fn).parameters)
     jp = inspect.signature(jax_fn).parameters
+    name = getattr(jax_fn, "__name__", "")
+    for extra, default in EXTRA_KEYWORDS.get(name, {}).items():
+        param = fp.pop(extra)
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is default
     assert list(fp) == list(jp)
-    for name in jp:
-        assert fp[name].kind == jp[name].kind, name
-        assert _default_matches(fp[name].default, jp[name].default), (
-            name,
-            fp[name].default,
-            jp[name].default,
+    for i, pname in enumerate(jp):
+        assert fp[pname].kind == jp[pname].kind, pname
+        if i == 0 and name in FACTORY_FIRST_ARG:
+            assert fp[pname].default is None
+            continue
+        assert _default_matches(fp[pname].default, jp[pname].default), (
+            pname,
+            fp[pname].default,
+            jp[pname].default,
         )
 
 
