@@ -14,6 +14,7 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,17 +22,28 @@
 
 namespace fastree {
 
+// Counts are 32-bit: a treedef node costs 40 bytes instead of 64 (flattening writes one per leaf,
+// so this is memory bandwidth on large trees), and no tree that fits in memory has 2^31 nodes
+// (Flatten checks).
+using Count = int32_t;
+
 struct Node {
     NodeKind kind = NodeKind::kLeaf;
     // True if some kSharedRef node repeats this one (unflatten must remember what it built).
     bool shared_target = false;
     // Number of direct children (0 for leaves and None).
-    Py_ssize_t arity = 0;
+    Count arity = 0;
     // Leaves in the subtree rooted here.
-    Py_ssize_t num_leaves = 0;
+    Count num_leaves = 0;
     // Nodes in the subtree rooted here, this one included: skipping a subtree while walking the
     // post-order vector backwards is `i -= num_nodes`.
-    Py_ssize_t num_nodes = 0;
+    Count num_nodes = 0;
+    // kDict: position of this node's first key in TreeDef::keys; its `arity` keys follow, sorted.
+    // Keys live in one flat vector per treedef instead of a Python list per dict: fewer objects
+    // for the GC to sweep and no allocation per dict node.
+    Count keys_begin = 0;
+    // kSharedRef: index of the node it repeats; -1 otherwise.
+    Count ref = -1;
     // Owned reference, or null. What it holds depends on the kind (it is exactly JAX's node_data):
     //   kNamedTuple  the namedtuple class
     //   kCustom      the aux_data returned by the flatten function
@@ -42,12 +54,6 @@ struct Node {
     PyObject* node_data = nullptr;
     // kCustom, kDataclass, kOrderedDict, kDefaultDict: the registration (never freed); else null.
     const Registration* custom = nullptr;
-    // kDict: position of this node's first key in TreeDef::keys; its `arity` keys follow, sorted.
-    // Keys live in one flat vector per treedef instead of a Python list per dict: fewer objects
-    // for the GC to sweep and no allocation per dict node.
-    Py_ssize_t keys_begin = 0;
-    // kSharedRef: index of the node it repeats; -1 otherwise.
-    Py_ssize_t ref = -1;
 };
 
 // The structure proper; move-only, owns the references in its nodes and keys.

@@ -634,6 +634,10 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
         ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
                    : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
         node_hint = def->nodes.size();
+        if (ok && (def->nodes.size() > INT32_MAX || def->keys.size() > INT32_MAX)) {
+            PyErr_SetString(PyExc_OverflowError, "pytree has more than 2**31 - 1 nodes");
+            ok = false;
+        }
     } else {
         ok = paths ? Run<false, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
                    : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);

@@ -19,12 +19,13 @@ PyObject* State(const TreeDef& def) {
         const Node& node = def.nodes[i];
         PyObject* entry;
         if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
-            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, node.ref);
+            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, static_cast<Py_ssize_t>(node.ref));
         } else {
             Ref nd(def.NodeData(node));
             if (!nd) return nullptr;
             entry = Py_BuildValue("(OOnn)", PyTuple_GET_ITEM(nd.get(), 0),
-                                  PyTuple_GET_ITEM(nd.get(), 1), node.arity, Py_ssize_t{-1});
+                                  PyTuple_GET_ITEM(nd.get(), 1), static_cast<Py_ssize_t>(node.arity),
+                                  Py_ssize_t{-1});
         }
         if (entry == nullptr) return nullptr;
         PyTuple_SET_ITEM(nodes.get(), i, entry);
