@@ -5,6 +5,8 @@
 // wrappers only parse arguments and shape results; the work is in treedef/*.cpp.
 #include "entry_points.h"
 
+#include <optional>
+
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -30,9 +32,11 @@ enum class Want { kLeaves, kStructure, kBoth };
 PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
     TreeDef def;
     ScratchVector leaves_buf;
-    ScratchVector paths_buf;
+    std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
+    std::vector<PyObject*> no_paths;
+    if (with_path) paths_buf.emplace();
     std::vector<PyObject*>& leaves = leaves_buf.get();
-    std::vector<PyObject*>& paths = paths_buf.get();
+    std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;
     const bool need_def = want != Want::kLeaves;
     if (!Flatten(tree, is_leaf, takes_path, need_def ? &def : nullptr, &leaves,
                  with_path ? &paths : nullptr)) {

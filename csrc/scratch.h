@@ -1,5 +1,6 @@
-// Reusable scratch buffers for per-call leaf lists. A small tree's flatten would otherwise spend
-// a noticeable share of its time in malloc/free for the leaf vector. It is a pool rather than one
+// Reusable scratch buffers for per-call vectors (leaf lists, the node vector being built). A small
+// tree's flatten would otherwise spend a noticeable share of its time in malloc/free, and a large
+// one in growth copies and first-touch page faults. It is a pool rather than one
 // static buffer because flatten re-enters itself through user callbacks (is_leaf, custom
 // flatten functions calling tree_flatten).
 #pragma once
@@ -11,33 +12,38 @@
 
 namespace fastree {
 
-class ScratchVector {
+template <class T>
+class Scratch {
  public:
-    ScratchVector() {
+    Scratch() {
         auto& pool = Pool();
         if (!pool.empty()) {
             items_ = std::move(pool.back());
             pool.pop_back();
         }
     }
-    ~ScratchVector() {
+    ~Scratch() {
         // Callers leave the vector empty (ownership of its references moved elsewhere).
         items_.clear();
-        constexpr size_t kKeepBelow = size_t{1} << 20;  // don't pin huge buffers forever
+        constexpr size_t kKeepBytes = size_t{8} << 20;  // don't pin huge buffers forever
         auto& pool = Pool();
-        if (items_.capacity() < kKeepBelow && pool.size() < 8) pool.push_back(std::move(items_));
+        if (items_.capacity() * sizeof(T) <= kKeepBytes && pool.size() < 8) {
+            pool.push_back(std::move(items_));
+        }
     }
-    ScratchVector(const ScratchVector&) = delete;
-    ScratchVector& operator=(const ScratchVector&) = delete;
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
 
-    std::vector<PyObject*>& get() { return items_; }
+    std::vector<T>& get() { return items_; }
 
  private:
-    static std::vector<std::vector<PyObject*>>& Pool() {
-        static auto* pool = new std::vector<std::vector<PyObject*>>();  // guarded by the GIL
+    static std::vector<std::vector<T>>& Pool() {
+        static auto* pool = new std::vector<std::vector<T>>();  // guarded by the GIL
         return *pool;
     }
-    std::vector<PyObject*> items_;
+    std::vector<T> items_;
 };
+
+using ScratchVector = Scratch<PyObject*>;
 
 }  // namespace fastree

@@ -8,10 +8,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "keys.h"
-#include "pyutils.h"
 #include "aux_check.h"
 #include "dict_items.h"
+#include "keys.h"
+#include "pyutils.h"
+#include "scratch.h"
 #include "treedef.h"
 
 namespace fastree {
@@ -623,17 +624,17 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
 
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
-    // Remember the last tree's size: flattening the same model repeatedly is the common case,
-    // and reserving up front avoids the vector's growth copies.
-    static size_t node_hint = 16;
-    static size_t leaf_hint = 16;
-    leaves->reserve(leaf_hint);
-    if (def != nullptr) def->nodes.reserve(node_hint);
+    // Leaves and nodes are collected in warm, pooled buffers; the treedef then gets an exactly
+    // sized copy of the nodes (no slack kept alive, no growth copies, no per-call page faults).
+    Scratch<Node> node_buf;
+    if (def != nullptr) def->nodes.swap(node_buf.get());
     bool ok;
     if (def != nullptr) {
         ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
                    : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
-        node_hint = def->nodes.size();
+        std::vector<Node> exact(def->nodes.begin(), def->nodes.end());
+        def->nodes.swap(exact);
+        node_buf.get().swap(exact);  // the scratch storage goes back to the pool, emptied
         if (ok && (def->nodes.size() > INT32_MAX || def->keys.size() > INT32_MAX)) {
             PyErr_SetString(PyExc_OverflowError, "pytree has more than 2**31 - 1 nodes");
             ok = false;
@@ -642,7 +643,6 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
         ok = paths ? Run<false, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
                    : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
     }
-    leaf_hint = leaves->size();
     if (!ok && g_cycle_wants_path) {
         // Walk again with key paths so the error can say where the cycle closes.
         g_cycle_wants_path = false;

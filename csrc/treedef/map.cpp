@@ -2,6 +2,8 @@
 // once per leaf position, unflatten. The call order is JAX's (flatten callbacks, then every f
 // call, then every unflatten callback: JAX materialises its generator before building), without
 // JAX's Python generator, zip and intermediate lists.
+#include <optional>
+
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -50,10 +52,12 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
               PyObject* is_leaf, bool with_path, bool is_leaf_takes_path) {
     TreeDef def;
     ScratchVector leaves_buf;
-    ScratchVector paths_buf;
+    std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
+    std::vector<PyObject*> no_paths;
+    if (with_path) paths_buf.emplace();
     ScratchVector results_buf;
     std::vector<PyObject*>& leaves = leaves_buf.get();
-    std::vector<PyObject*>& paths = paths_buf.get();  // (path, leaf) pairs when with_path
+    std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;  // (path, leaf) pairs when with_path
     // columns[j] holds the leaves of rest[j], cut to the first tree's structure.
     std::vector<std::vector<PyObject*>> columns(static_cast<size_t>(num_rest));
     std::vector<PyObject*>& results = results_buf.get();
