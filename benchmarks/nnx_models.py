@@ -10,6 +10,7 @@ import functools
 from types import SimpleNamespace
 from typing import Any
 
+from benchmarks.identity_nodes import SHARED_BLOCKS
 from benchmarks.unsupported import Unsupported
 
 
@@ -21,10 +22,10 @@ def small_model_state() -> Any:
 
 
 def shared_submodule_model() -> Any:
-    """A model whose embedding is tied to its output layer and whose first block is used twice.
+    """An embedding tied to the output layer around SHARED_BLOCKS blocks of two Linear layers.
 
-    nnx.split/merge keeps that sharing (merged.embed is merged.unembed), which is what fastree's
-    identity-preserving flatten will be compared against.
+    nnx.split/merge keeps the tie (merged.embed is merged.unembed); fastree's identity-preserving
+    twin (identity_nodes.shared_model) has the same graph.
     """
     classes = _classes()
     return classes.SharedNet(classes.nnx.Rngs(0))
@@ -48,11 +49,15 @@ def _classes() -> SimpleNamespace:
             self.blocks = nnx.List([Block(rngs) for _ in range(4)])
             self.head = nnx.Linear(2, 2, rngs=rngs)
 
+    class LinearPair(nnx.Module):
+        def __init__(self, rngs: Any) -> None:
+            self.fc1 = nnx.Linear(2, 2, rngs=rngs)
+            self.fc2 = nnx.Linear(2, 2, rngs=rngs)
+
     class SharedNet(nnx.Module):
         def __init__(self, rngs: Any) -> None:
             self.embed = nnx.Embed(4, 2, rngs=rngs)
-            shared_block = Block(rngs)
-            self.blocks = nnx.List([shared_block, shared_block, Block(rngs)])
+            self.blocks = nnx.List([LinearPair(rngs) for _ in range(SHARED_BLOCKS)])
             self.unembed = self.embed
 
     return SimpleNamespace(nnx=nnx, Net=Net, SharedNet=SharedNet)

@@ -120,6 +120,11 @@ def _split_merge(api: TreeApi, _case: TreeCase) -> Prepared:
     return split_merge, ()
 
 
+def _identity_copy(api: TreeApi, _case: TreeCase) -> Prepared:
+    (identity_copy,) = _require(api, "identity_copy", "identity_copy")
+    return identity_copy, ()
+
+
 @dataclass(frozen=True)
 class Op:
     name: str
@@ -152,10 +157,20 @@ OPS: dict[str, Op] = {
             "identity-preserving flatten + unflatten (nnx.split / nnx.merge)",
             _split_merge,
         ),
+        Op(
+            "identity_copy",
+            "flatten + unflatten of unshared modules registered with preserve_identity=True "
+            "(fastree) vs the same modules registered plainly (fastree-plain)",
+            _identity_copy,
+        ),
     )
 }
 
-TREE_OPS: tuple[str, ...] = tuple(name for name in OPS if name != "split_merge")
-"""Ops run on ordinary pytrees (treedef_memory only where the recipe asks for the probe)."""
 GRAPH_OPS: tuple[str, ...] = ("split_merge",)
 """Ops run on the shared-submodule graph."""
+IDENTITY_OPS: tuple[str, ...] = ("identity_copy",)
+"""Ops run on the module tree that measures what identity tracking costs without sharing."""
+TREE_OPS: tuple[str, ...] = tuple(
+    name for name in OPS if name not in GRAPH_OPS and name not in IDENTITY_OPS
+)
+"""Ops run on ordinary pytrees (treedef_memory only where the recipe asks for the probe)."""

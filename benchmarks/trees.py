@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 import jax.tree_util as jtu
 
-from benchmarks import custom_nodes, nnx_models
+from benchmarks import custom_nodes, identity_nodes, nnx_models
 from benchmarks.leaves import LeafFactory
-from benchmarks.ops import GRAPH_OPS, TREE_OPS
+from benchmarks.ops import GRAPH_OPS, IDENTITY_OPS, TREE_OPS
 from benchmarks.unsupported import Unsupported
 
 # Features a tree may need from a library.
@@ -201,18 +201,19 @@ def three_leaf_tuple(leaf: LeafFactory) -> tuple[Any, Any, Any]:
 
 
 def shared_graph(leaf: LeafFactory) -> dict[str, Any]:
-    """Plain-dict twin of nnx_models.shared_submodule_model: the same dict objects appear twice.
+    """Plain-dict twin of the shared-graph models: the embedding dict appears twice.
 
-    An ordinary pytree flatten duplicates shared subtrees; the identity-preserving flatten fastree
-    will add is meant to keep them shared, like nnx.split/merge.
+    An ordinary pytree flatten duplicates it; the split_merge op times the identity-preserving
+    versions of this graph (identity_nodes.shared_model for fastree, nnx_models for nnx), which
+    keep it shared. This twin only gives the report its leaf and node counts.
     """
     embed = {"embedding": leaf((4, 2))}
 
-    def block() -> dict[str, Any]:
-        return {name: {"kernel": leaf((2, 2)), "bias": leaf((2,))} for name in ("fc1", "fc2")}
+    def linear() -> dict[str, Any]:
+        return {"kernel": leaf((2, 2)), "bias": leaf((2,))}
 
-    shared_block = block()
-    return {"embed": embed, "blocks": [shared_block, shared_block, block()], "unembed": embed}
+    blocks = [{"fc1": linear(), "fc2": linear()} for _ in range(identity_nodes.SHARED_BLOCKS)]
+    return {"embed": embed, "blocks": blocks, "unembed": embed}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -269,9 +270,18 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("deep-500", "500-deep nesting of dict/list/tuple", deep_nesting),
     Recipe(
         "shared-graph",
-        "model with tied embedding and a reused block (nnx split/merge)",
+        f"model with an embedding tied at input and output and {identity_nodes.SHARED_BLOCKS}"
+        " blocks of two linear layers (fastree identity-preserving modules vs nnx split/merge)",
         shared_graph,
         ops=GRAPH_OPS,
+    ),
+    Recipe(
+        "modules-12",
+        "transformer-12 params as nested dataclass modules, no sharing: identity-preserving"
+        " (fastree) vs plain registration (fastree-plain)",
+        functools.partial(transformer_params, 12),
+        features=frozenset({CUSTOM_NODES}),
+        ops=IDENTITY_OPS,
     ),
 )
 
@@ -285,15 +295,24 @@ def case_name(recipe: Recipe, leaf_kind: str) -> str:
 
 def build_case(recipe: Recipe, leaf_kind: str, leaf: LeafFactory) -> TreeCase:
     extras: dict[str, Any] = {}
+    tree = recipe.build(leaf)
     if recipe.ops == GRAPH_OPS:
         try:
             extras["nnx_module"] = nnx_models.shared_submodule_model()
         except Unsupported:
             pass  # flax is missing; the nnx library's own "not installed" note says so.
+        try:
+            extras["fastree_graph"] = identity_nodes.shared_model(leaf)
+        except Unsupported:
+            pass  # fastree is missing or too old; its adapter says so.
+    if recipe.ops == IDENTITY_OPS:
+        # Both module families over the same leaf objects; the plain one is the case's tree, so
+        # the guard and the leaf/node counts see an ordinary pytree. Unsupported without fastree.
+        tree, extras["identity_tree"] = identity_nodes.module_transformer(tree)
     return TreeCase(
         name=case_name(recipe, leaf_kind),
         recipe=recipe,
         leaf_kind="fixed" if recipe.fixed_leaves else leaf_kind,
-        tree=recipe.build(leaf),
+        tree=tree,
         extras=extras,
     )

@@ -31,8 +31,9 @@ from benchmarks.unsupported import Unsupported  # noqa: E402
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
-# Pytree libraries checked against jax.tree_util (nnx only does split/merge on a module).
-TREE_LIBRARIES = [name for name in LOADERS if name != "nnx"]
+# Pytree libraries checked against jax.tree_util (nnx only does split/merge on a module, and
+# fastree-plain only times the plain twin of the identity_copy case).
+TREE_LIBRARIES = [name for name in LOADERS if name not in ("nnx", "fastree-plain")]
 GUARD_TREES = [
     "tuple3",
     "mlp",
@@ -174,6 +175,43 @@ def test_every_op_runs_through_each_adapter(library_name: str) -> None:
             assert str(reason), f"{library_name}/{op}: a skip needs a reason"
             continue
         fn(*args)
+
+
+@pytest.mark.parametrize(
+    ("tree_name", "op", "library_names"),
+    [
+        ("shared-graph", "split_merge", ["fastree", "nnx"]),
+        ("modules-12", "identity_copy", ["fastree", "fastree-plain"]),
+    ],
+)
+def test_identity_cases_run(tree_name: str, op: str, library_names: list[str]) -> None:
+    """The identity-preserving cases: each library's prepared call runs and keeps what it must."""
+    case = _case(tree_name)
+    results = {}
+    for name in library_names:
+        library = _library(name)
+        assert op in library.ops
+        api = library.api_for(case)
+        assert leaves_disagreement(api, case) is None
+        fn, args = OPS[op].prepare(api, case)
+        results[name] = fn(*args)
+    if op == "split_merge":
+        for name, graph in results.items():
+            assert graph.embed is graph.unembed, name
+        fastree_graph = results["fastree"]
+        assert len(fastree_graph.blocks) == len(case.tree["blocks"])
+        assert fastree_graph is not case.extras["fastree_graph"]
+    else:
+        import fastree.tree_util as tu
+
+        identity_tree, plain_tree = case.extras["identity_tree"], case.tree
+        leaves = tu.tree_leaves(plain_tree)
+        for name, source in (("fastree", identity_tree), ("fastree-plain", plain_tree)):
+            rebuilt = results[name]
+            assert type(rebuilt) is type(source) and rebuilt is not source
+            assert all(a is b for a, b in zip(tu.tree_leaves(rebuilt), leaves, strict=True))
+        assert "&" not in repr(tu.tree_structure(identity_tree))  # nothing shared
+        assert type(identity_tree) is not type(plain_tree)
 
 
 def test_guard_reports_a_library_with_different_leaves() -> None:

@@ -25,6 +25,7 @@ LOADERS: dict[str, Callable[[], Library]] = {
     "dm-tree": dmtree_lib.load,
     "torch": torch_lib.load,
     "nnx": nnx_lib.load,
+    "fastree-plain": fastree_lib.load_plain,
 }
 
 

@@ -45,6 +45,8 @@ class TreeApi:
     """tree -> tree: unflatten of flatten, written as the library's users write it."""
     split_merge: Fn | None = None
     """() -> graph: identity-preserving flatten + unflatten of the case's graph, pre-bound."""
+    identity_copy: Fn | None = None
+    """() -> tree: flatten + unflatten of the case's module tree, pre-bound (fastree only)."""
     notes: Mapping[str, str] = field(default_factory=dict)
     """op -> why that op is None here."""
 

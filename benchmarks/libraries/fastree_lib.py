@@ -7,15 +7,22 @@ while the core is mid-edit; the suite then runs without it and says so.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.libraries.base import Library, TreeApi
 from benchmarks.libraries.jax_like import TREE_OPS_OF_JAX_LIKE, tree_util_api
 from benchmarks.unsupported import Unsupported
 
-IDENTITY_FEATURE_ATTR = "graph_flatten"
-"""The attribute fastree's identity-preserving flatten will add. Until it exists, split_merge is
-skipped with "not implemented yet"; when it lands, set this name and fill in ``_split_merge``."""
+if TYPE_CHECKING:
+    from benchmarks.trees import TreeCase
+
+IDENTITY_FEATURE_ATTR = "find_shared"
+"""An attribute that arrived with identity-preserving nodes (issue #4): without it, this fastree
+predates the feature and split_merge / identity_copy are skipped with a note."""
+
+IDENTITY_OPS = frozenset({"split_merge", "identity_copy"})
 
 
 @functools.cache
@@ -38,27 +45,62 @@ def load() -> Library:
         raise Unsupported(why)
     import fastree
 
-    api = _with_split_merge_note(tree_util_api(tu), fastree)
+    api = tree_util_api(tu)
     return Library(
         name="fastree",
         version=getattr(fastree, "__version__", "unknown"),
-        ops=TREE_OPS_OF_JAX_LIKE | {"split_merge"},
-        api_for=lambda _case: api,
+        ops=TREE_OPS_OF_JAX_LIKE | IDENTITY_OPS,
+        api_for=lambda case: _with_identity_ops(api, case, tu, fastree, "identity_tree"),
     )
 
 
-def _with_split_merge_note(api: TreeApi, fastree: ModuleType) -> TreeApi:
-    from dataclasses import replace
+def load_plain() -> Library:
+    """fastree timing the identity_copy case on plainly registered twins of the same modules.
 
+    Only there to put the cost of identity tracking in the ratio column: its time divided by
+    fastree's on identity_copy is plain / identity-preserving (< 1 means tracking costs).
+    """
+    tu, why = _import()
+    if tu is None:
+        raise Unsupported(why)
+    import fastree
+
+    api = tree_util_api(tu)
+    return Library(
+        name="fastree-plain",
+        version=getattr(fastree, "__version__", "unknown"),
+        ops=frozenset({"identity_copy"}),
+        api_for=lambda case: _with_identity_ops(api, case, tu, fastree, None),
+    )
+
+
+def _with_identity_ops(
+    api: TreeApi, case: TreeCase, tu: ModuleType, fastree: ModuleType, copy_of: str | None
+) -> TreeApi:
+    """``api`` plus split_merge and identity_copy bound to this case's graphs, or notes saying why
+    not. identity_copy copies ``case.extras[copy_of]``, or the case's own tree when None."""
     if not hasattr(fastree, IDENTITY_FEATURE_ATTR):
-        return replace(
-            api, notes={"split_merge": "identity-preserving flatten not implemented yet"}
-        )
-    # The feature exists but its adapter does not yet: skip rather than guess its signature.
-    return replace(
-        api,
-        notes={
-            "split_merge": f"fastree.{IDENTITY_FEATURE_ATTR} exists but the "
-            "benchmark adapter for it is not written yet"
-        },
-    )
+        note = "identity-preserving nodes not implemented in this fastree"
+        return replace(api, notes={"split_merge": note, "identity_copy": note})
+    notes = {}
+    split_merge = identity_copy = None
+    graph = case.extras.get("fastree_graph")
+    if graph is None:
+        notes["split_merge"] = "no identity-preserving graph for this tree"
+    else:
+        split_merge = functools.partial(_copy, graph, tu.tree_flatten)
+        rebuilt = split_merge()
+        if rebuilt.embed is not rebuilt.unembed or rebuilt.embed is graph.embed:
+            raise Unsupported("fastree flatten/unflatten did not rebuild the tied embedding once")
+    tree = case.tree if copy_of is None else case.extras.get(copy_of)
+    if tree is None:
+        notes["identity_copy"] = "no module tree for this tree"
+    else:
+        identity_copy = functools.partial(_copy, tree, tu.tree_flatten)
+    return replace(api, split_merge=split_merge, identity_copy=identity_copy, notes=notes)
+
+
+def _copy(tree: Any, flatten: Any) -> Any:
+    """flatten + unflatten, as nnx.merge(*nnx.split(module)) is for nnx: a new object graph."""
+    leaves, treedef = flatten(tree)
+    return treedef.unflatten(leaves)
