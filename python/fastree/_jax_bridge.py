@@ -21,13 +21,49 @@ from jax._src import tree_util as _jax_internal
 from . import _core
 
 
+def _check_sharing_fits_jax(treedef: _core.PyTreeDef) -> None:
+    """JAX can carry sharing only inside one identity-preserving object (as that object's aux
+    data); a shared reference that crosses out of it would be silently dropped: refuse."""
+    _, entries = treedef._state()
+    if all(ref < 0 for *_, ref in entries):
+        return
+    parent = [-1] * len(entries)
+    size = [1] * len(entries)
+    stack: list[int] = []
+    for i, (_, _, arity, _) in enumerate(entries):
+        for _ in range(arity):
+            child = stack.pop()
+            parent[child] = i
+            size[i] += size[child]
+        stack.append(i)
+    for i, (_, _, _, ref) in enumerate(entries):
+        if ref < 0:
+            continue
+        holder = parent[i]
+        while holder >= 0 and not _core.is_identity_type(entries[holder][0]):
+            holder = parent[holder]
+        if holder < 0 or not holder - size[holder] < ref <= holder:
+            raise ValueError(
+                "This treedef shares an identity-preserving object across built-in containers, "
+                f"which a JAX treedef cannot express: {treedef}. Use fastree.jit, or keep the "
+                "shared objects inside one identity-preserving node."
+            )
+
+
 def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
     """Converts a fastree treedef to the equal ``jax.tree_util.PyTreeDef``.
+
+    Raises ValueError for sharing that JAX cannot represent (see the README's identity section).
 
     >>> import fastree
     >>> fastree.tree_util.tree_structure({'a': (1, 2)}).to_jax()
     PyTreeDef({'a': (*, *)})
     """
+    _check_sharing_fits_jax(treedef)
+    return _to_jax(treedef)
+
+
+def _to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
     node_data = treedef.node_data()
     if node_data is None:
         return _jtu.tree_structure(0)
@@ -38,7 +74,7 @@ def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
         return _jtu.PyTreeDef.from_node_data_and_children(
             _jtu.default_registry, (node_data[0], treedef), [leaf] * treedef.num_leaves
         )
-    children = [to_jax(child) for child in treedef.children()]
+    children = [_to_jax(child) for child in treedef.children()]
     return _jtu.PyTreeDef.from_node_data_and_children(
         _jtu.default_registry, node_data, children
     )
