@@ -395,6 +395,7 @@ class Flattener {
             return true;
         }
         seen_->emplace(Py_NewRef(obj), kInProgress);
+        if constexpr (kPaths) entry_depth_[obj] = path_.size();
         bool ok = reg->kind == NodeKind::kDataclass ? VisitDataclass(obj, reg)
                                                     : VisitCustom(obj, reg);
         if (!ok) return false;
@@ -404,10 +405,14 @@ class Flattener {
 
     bool RaiseCycle(PyObject* obj) {
         if constexpr (kPaths) {
+            std::vector<PyObject*> outer(path_.begin(), path_.begin() + entry_depth_[obj]);
+            std::string outer_path = KeyStr(outer);
+            std::string inner_path = KeyStr(path_);
             PyErr_Format(PyExc_ValueError,
                          "Reference cycle through an identity-preserving node: the %R at key "
-                         "path %s contains itself.",
-                         reinterpret_cast<PyObject*>(Py_TYPE(obj)), KeyStr(path_).c_str());
+                         "path %s contains itself (again at key path %s).",
+                         reinterpret_cast<PyObject*>(Py_TYPE(obj)),
+                         outer_path.empty() ? "()" : outer_path.c_str(), inner_path.c_str());
         } else {
             g_cycle_wants_path = true;
             PyErr_Format(PyExc_ValueError,
@@ -601,6 +606,9 @@ class Flattener {
     // subtree is being visited). Owns a reference to each object, so a temporary freed during
     // this flatten cannot hand its address to a new object. Allocated on first use only.
     std::unique_ptr<std::unordered_map<PyObject*, Py_ssize_t>> seen_;
+    // kPaths only: depth of path_ at which each identity-preserving object was entered, so a
+    // cycle error can name both the object's key path and where it reappears.
+    std::unordered_map<PyObject*, size_t> entry_depth_;
 };
 
 template <bool kDef, bool kPaths>
