@@ -18,6 +18,39 @@ from ._core import PyTreeDef as PyTreeDef  # noqa: E402
 from ._jax_bridge import from_jax as from_jax  # noqa: E402
 from ._jax_bridge import to_jax as to_jax  # noqa: E402
 
+# Static metadata: aux_data checks, structure diffs, fingerprints and serialization.
+from . import _aux, _diff, _serialize  # noqa: E402
+
+_aux.install()
+PyTreeDef.diff = _diff._treedef_diff  # type: ignore[attr-defined]
+PyTreeDef.fingerprint = _serialize.fingerprint  # type: ignore[attr-defined]
+PyTreeDef.serialize = _serialize.serialize  # type: ignore[attr-defined]
+
+from ._audit import AuditEntry as AuditEntry  # noqa: E402
+from ._audit import AuditReport as AuditReport  # noqa: E402
+from ._audit import audit as audit  # noqa: E402
+from ._aux import AuxDataWarning as AuxDataWarning  # noqa: E402
+from ._aux import config as config  # noqa: E402
+from ._aux import strict_aux as strict_aux  # noqa: E402
+from ._diff import StructureDiff as StructureDiff  # noqa: E402
+from ._diff import structure_diff as structure_diff  # noqa: E402
+from ._serialize import deserialize as deserialize  # noqa: E402
+
 __version__ = "0.1.0"
 
-__all__ = ["PyTreeDef", "from_jax", "to_jax", "tree", "tree_util"]
+__all__ = [
+    "AuditEntry",
+    "AuditReport",
+    "AuxDataWarning",
+    "PyTreeDef",
+    "StructureDiff",
+    "audit",
+    "config",
+    "deserialize",
+    "from_jax",
+    "strict_aux",
+    "structure_diff",
+    "to_jax",
+    "tree",
+    "tree_util",
+]

@@ -1,0 +1,181 @@
+"""``fastree.audit(tree)``: every custom node's aux_data, with its key path and its problems.
+
+The flatten-time checks (``_aux.py``) only stop what is wrong (arrays, tracers, broken ``==``).
+The audit also points out what is legal but costly, because aux_data is part of every jit cache
+key and a treedef only matches a cached one if every aux_data compares equal:
+
+* ``array``, ``tracer``, ``partial``, ``eq``: as in the flatten-time checks;
+* ``unhashable``: ``hash(aux)`` fails (JAX accepts it; strict mode does not);
+* ``mutable container``: a list/dict/set inside: mutating it after flattening silently changes
+  the static metadata of treedefs already built from it;
+* ``float``: a float changes the cache key whenever its value changes (a learning rate or a
+  step size kept in aux_data recompiles on every new value), and a NaN never compares equal to
+  a fresh NaN, so it misses the cache every time. Keep floats that vary as leaves;
+* ``identity``: an object compared by identity (no ``__eq__`` of its own, not a function, class,
+  module or enum member): a new instance per call means a new cache entry per call.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import math
+import types
+from typing import Any
+
+import numpy as np
+
+from . import _aux, _core
+from .tree_util import keystr
+
+_BUILTIN_NODES = (type(None), tuple, list, dict, collections.OrderedDict, collections.defaultdict)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditEntry:
+    """One custom node: where it is, its type, its aux_data (repr) and the problems found."""
+
+    path: tuple[Any, ...]
+    node_type: type
+    aux_repr: str
+    problems: tuple[str, ...]
+
+    def __str__(self) -> str:
+        where = keystr(self.path) or "(root)"
+        verdict = "; ".join(self.problems) if self.problems else "ok"
+        return f"{where}: {_aux._type_name(self.node_type)} aux_data={self.aux_repr}: {verdict}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """The result of :func:`audit`: ``entries`` in flattening order; ``ok`` if no problems."""
+
+    entries: tuple[AuditEntry, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(e.problems for e in self.entries)
+
+    @property
+    def problems(self) -> tuple[AuditEntry, ...]:
+        return tuple(e for e in self.entries if e.problems)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __str__(self) -> str:
+        n_bad = len(self.problems)
+        head = f"aux_data audit: {len(self.entries)} custom node(s), {n_bad} with problems"
+        return "\n".join([head, *(f"  {e}" for e in self.entries)])
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception as e:  # a broken __repr__ must not break the audit
+        text = f"<{type(value).__name__}: repr raised {type(e).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _uses_identity_eq(value: Any) -> bool:
+    tp = type(value)
+    if (
+        isinstance(
+            value,
+            (
+                type,
+                types.FunctionType,
+                types.BuiltinFunctionType,
+                types.MethodType,
+                types.ModuleType,
+                enum.Enum,
+            ),
+        )
+        or tp.__module__ == "builtins"
+    ):
+        return False
+    return tp.__eq__ is object.__eq__
+
+
+def _aux_problems(aux: Any) -> list[str]:
+    problems: list[str] = []
+
+    def add(text: str) -> None:
+        if text not in problems:
+            problems.append(text)
+
+    stack = [aux]
+    seen = 0
+    while stack and seen < 10_000:
+        value = stack.pop()
+        seen += 1
+        tp = type(value)
+        if tp in (list, dict, set):
+            add(f"mutable container: {tp.__name__}")
+        if tp in (tuple, list, set, frozenset):
+            stack.extend(value)
+            continue
+        if tp is dict:
+            stack.extend(value.keys())
+            stack.extend(value.values())
+            continue
+        if isinstance(value, (float, np.floating)):
+            if math.isnan(value):
+                add("float: NaN never equals a fresh NaN, so every flatten misses the jit cache")
+            else:
+                add(f"float: {value!r} changes the jit cache key whenever the value changes")
+            continue
+        if isinstance(value, (type(None), bool, int, complex, str, bytes, type)):
+            continue
+        kind = _aux._problem_of_type(tp, value)
+        if kind is not None and kind != "unhashable":
+            add(f"{kind}: {_aux._type_name(tp)}: {_aux._ADVICE[kind][0]}")
+        elif _uses_identity_eq(value):
+            add(
+                f"identity: {_aux._type_name(tp)} compares by identity; a new instance per "
+                "call is a new jit cache entry per call"
+            )
+    try:
+        hash(aux)
+    except Exception:
+        add("unhashable: hash(aux_data) fails (strict mode rejects it)")
+    return problems
+
+
+def audit(tree: Any) -> AuditReport:
+    """Lists every custom node's aux_data with its key path and any problem found.
+
+    Args:
+        tree: any pytree.
+
+    Returns:
+        An :class:`AuditReport`; ``str(report)`` is a readable summary.
+
+    >>> import fastree, fastree.tree_util as tu
+    >>> class Scaled:  # aux_data: a float scale (legal, but a new jit cache key per value)
+    ...     def __init__(self, x, scale): self.x, self.scale = x, scale
+    >>> tu.register_pytree_node(Scaled, lambda s: ((s.x,), s.scale), lambda a, c: Scaled(c[0], a))
+    >>> print(fastree.audit({'layer': Scaled(1.0, 0.5), 'fixed': Scaled(2.0, ('unit',))}))
+    aux_data audit: 2 custom node(s), 1 with problems
+      ['fixed']: ...Scaled aux_data=('unit',): ok
+      ['layer']: ...Scaled aux_data=0.5: float: 0.5 changes the jit cache key whenever the value changes
+    """
+    entries: list[AuditEntry] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), tree)]
+    while stack:
+        path, node = stack.pop()
+        with _aux._hooks_muted():  # report problems here, not as warnings from the flatten
+            out = _core.flatten_one_level_with_keys(node)
+        if out is None:
+            continue
+        key_children, aux = out
+        tp = type(node)
+        namedtuple = issubclass(tp, tuple) and hasattr(tp, "_fields") and aux is tp
+        if tp not in _BUILTIN_NODES and not namedtuple:
+            entries.append(AuditEntry(path, tp, _short_repr(aux), tuple(_aux_problems(aux))))
+        stack.extend((path + (k,), c) for k, c in reversed(list(key_children)))
+    return AuditReport(tuple(entries))

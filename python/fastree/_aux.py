@@ -1,0 +1,349 @@
+"""Checks of custom nodes' aux_data: the static part of a treedef, hence of every jit cache key.
+
+JAX puts aux_data into the treedef without looking at it. An array there is compared by value
+each time two treedefs are compared (``ValueError: truth value of an array is ambiguous``) and
+baked into compiled code as a constant; a tracer there leaks out of its trace; an object whose
+``==`` does not return a bool makes treedef comparison fail. fastree checks every aux_data it
+puts into a treedef (``tree_flatten``, ``tree_structure``, ``tree_map``, ... but not
+``tree_leaves``, which builds no treedef) and warns, or raises in strict mode.
+
+Split of the work (the contract is in ``csrc/aux_check.h``):
+
+* the core walks aux_data made of atoms (None, bool, numbers, str, bytes, classes) and the
+  built-in containers in C, with no Python call;
+* any other value type is shown once to :func:`_classify` here; its verdict is cached by type;
+* only aux_data holding a rejected type (or, in strict mode, a list/dict/set) reaches
+  :func:`_report`, which finds the node's key path, and warns once per (node type, problem) or,
+  in strict mode, raises ``TypeError`` every time.
+
+>>> import fastree
+>>> with fastree.strict_aux():
+...     fastree.config.strict_aux
+True
+>>> fastree.config.strict_aux
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import threading
+import types
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.core
+import jax.tree_util as _jtu
+import numpy as np
+
+from . import _core
+
+
+class AuxDataWarning(UserWarning):
+    """A custom node's aux_data holds a value that does not belong in static metadata."""
+
+
+# Problem kinds, with the explanation and the fix shown in warnings and errors.
+_ADVICE: dict[str, tuple[str, str]] = {
+    "array": (
+        "an array there is compared by value whenever treedefs are compared and is baked into "
+        "compiled code as a constant",
+        "move the array into the node's children (return it from the flatten function), or "
+        "turn a true constant into a hashable value (a tuple or a Python scalar)",
+    ),
+    "tracer": (
+        "a traced value there escapes its trace",
+        "return the value as one of the node's children instead of in aux_data",
+    ),
+    "partial": (
+        "jax.tree_util.Partial is a pytree whose arguments are leaves, and it compares by identity",
+        "return it as one of the node's children, or use functools.partial for a static callable",
+    ),
+    "eq": (
+        "its == does not return a bool, so comparing treedefs fails or is meaningless",
+        "use a hashable value whose == returns a bool, or wrap it in a class registered with "
+        "fastree.tree_util.register_static that defines __eq__ and __hash__",
+    ),
+    "unhashable": (
+        "strict mode requires hashable aux_data",
+        "use a hashable value: a tuple instead of a list, a frozenset instead of a set, a tuple "
+        "of (key, value) pairs instead of a dict",
+    ),
+}
+
+
+def _type_name(tp: type) -> str:
+    module = getattr(tp, "__module__", None)
+    qualname = getattr(tp, "__qualname__", repr(tp))
+    return qualname if module in (None, "builtins") else f"{module}.{qualname}"
+
+
+# ------------------------------------------------------------------------------------------------
+# classification of value types (once per type)
+
+_verdicts: dict[type, str | None] = {}  # type -> problem kind, or None for plain static data
+
+
+def _problem_of_type(tp: type, example: Any) -> str | None:
+    """The problem kind of values of type ``tp`` (judged on one ``example``), or None."""
+    if issubclass(tp, jax.core.Tracer):
+        return "tracer"
+    if issubclass(tp, np.generic):  # numpy scalars hash and compare like Python numbers
+        return None
+    if issubclass(tp, np.ndarray) or isinstance(example, jax.Array):
+        return "array"
+    if hasattr(tp, "__array__") or hasattr(tp, "__jax_array__"):  # array-likes (torch, ...)
+        return "array"
+    if issubclass(tp, _jtu.Partial):
+        return "partial"
+    if issubclass(tp, (enum.Enum, types.FunctionType, types.BuiltinFunctionType)):
+        return None
+    try:
+        equal = example == example
+    except Exception:
+        return "eq"
+    if type(equal) not in (bool, np.bool_):
+        return "eq"
+    if _core.strict_aux():
+        try:
+            hash(example)
+        except TypeError:
+            return "unhashable"
+    return None
+
+
+def _problem_of(value: Any) -> str | None:
+    tp = type(value)
+    try:
+        return _verdicts[tp]
+    except KeyError:
+        pass
+    problem = _problem_of_type(tp, value)
+    if len(_verdicts) > 1024:
+        _verdicts.clear()
+    _verdicts[tp] = problem
+    return problem
+
+
+def _classify(tp: type, example: Any) -> bool:
+    """The core's classifier: True if instances of ``tp`` are plain static data."""
+    return _problem_of(example) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# finding the offending values inside one aux_data
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_MUTABLE = (list, dict, set)
+
+
+def _find_problems(aux: Any, strict: bool) -> list[tuple[str, Any]]:
+    """(kind, offending value) for each distinct problem kind found in ``aux``, walk order."""
+    found: dict[str, Any] = {}
+    stack = [aux]
+    seen = 0
+    while stack and seen < 100_000:  # bounded: aux_data is small; never hang on a huge one
+        value = stack.pop()
+        seen += 1
+        tp = type(value)
+        if tp in _ATOMS or isinstance(value, type):
+            continue
+        if tp in (tuple, list, set, frozenset):
+            if strict and tp in _MUTABLE:
+                found.setdefault("unhashable", value)
+            stack.extend(reversed(list(value)))
+        elif tp is dict:
+            if strict:
+                found.setdefault("unhashable", value)
+            for k, v in reversed(list(value.items())):
+                stack.extend((v, k))
+        else:
+            problem = _problem_of(value)
+            if problem is not None:
+                found.setdefault(problem, value)
+    if strict and "unhashable" not in found:
+        try:
+            hash(aux)
+        except Exception:
+            found["unhashable"] = aux
+    return list(found.items())
+
+
+# ------------------------------------------------------------------------------------------------
+# locating a node in the tree being flattened (error path only)
+
+
+def _same_aux(candidate: Any, aux: Any) -> bool:
+    # Identity, never ==: the aux may hold arrays. register_dataclass nodes report a fresh
+    # tuple of their meta values each time, so compare those element by element.
+    if candidate is aux:
+        return True
+    return (
+        type(candidate) is tuple
+        and type(aux) is tuple
+        and len(candidate) == len(aux)
+        and all(a is b for a, b in zip(candidate, aux))
+    )
+
+
+def _locate(tree: Any, node_type: type, aux: Any) -> tuple[Any, ...] | None:
+    """The key path of the first node of type ``node_type`` whose aux_data is ``aux``.
+
+    A flatten function may build its aux_data anew on each call (``np.zeros(1)``); then no node
+    matches by identity, and the first node of that type with aux_data of the same type is
+    taken.
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), tree)]
+    fallback = None
+    visited = 0
+    while stack and visited < 1_000_000:
+        path, node = stack.pop()
+        visited += 1
+        try:
+            out = _core.flatten_one_level_with_keys(node)
+        except Exception:
+            continue
+        if out is None:
+            continue
+        key_children, node_aux = out
+        if type(node) is node_type:
+            if _same_aux(node_aux, aux):
+                return path
+            if fallback is None and type(node_aux) is type(aux):
+                fallback = path
+        stack.extend((path + (k,), c) for k, c in reversed(list(key_children)))
+    return fallback
+
+
+def _message(node_type: type, path: tuple[Any, ...] | None, kind: str, value: Any) -> str:
+    where = "an unknown key path" if path is None else f"key path {_jtu.keystr(path) or '()'}"
+    why, fix = _ADVICE[kind]
+    what = f"a {_type_name(type(value))}"
+    if kind == "unhashable":
+        what = f"an unhashable {_type_name(type(value))}"
+    return (
+        f"aux_data of the {_type_name(node_type)} node at {where} holds {what}. aux_data is "
+        f"static (part of the treedef and of every jit cache key); {why}. Fix: {fix}."
+    )
+
+
+_warned: set[tuple[type, str]] = set()
+
+# Set while the reporter or an audit walks a tree: their own one-level flattens go through the
+# core's checks again, which must not re-enter the reporter.
+_muted = threading.local()
+
+
+@contextlib.contextmanager
+def _hooks_muted() -> Iterator[None]:
+    previous = getattr(_muted, "on", False)
+    _muted.on = True
+    try:
+        yield
+    finally:
+        _muted.on = previous
+
+
+def _report(node_type: type, aux: Any, tree: Any) -> None:
+    """The core's reporter: warns once per (node type, problem), or raises in strict mode."""
+    if getattr(_muted, "on", False):
+        return
+    strict = _core.strict_aux()
+    problems = _find_problems(aux, strict)
+    if not strict:
+        problems = [(k, v) for k, v in problems if (node_type, k) not in _warned]
+    if not problems:
+        return
+    with _hooks_muted():
+        path = _locate(tree, node_type, aux)
+    kind, value = problems[0]
+    if strict:
+        raise TypeError(_message(node_type, path, kind, value))
+    for kind, value in problems:
+        _warned.add((node_type, kind))
+        # stacklevel=2: the core calls this with no Python frame of its own in between.
+        warnings.warn(_message(node_type, path, kind, value), AuxDataWarning, stacklevel=2)
+
+
+def _reset_warnings() -> None:
+    """Forgets which (node type, problem) pairs have been warned about (for tests)."""
+    _warned.clear()
+
+
+# ------------------------------------------------------------------------------------------------
+# installation, strict mode
+
+
+def _install() -> None:
+    # Re-installing also empties the core's verdict cache: strict mode changes the verdicts.
+    _verdicts.clear()
+    _core.set_aux_hooks(_classify, _report)
+
+
+def _set_strict(strict: bool) -> None:
+    strict = bool(strict)
+    if strict != _core.strict_aux():
+        _core.set_strict_aux(strict)
+        _install()
+
+
+class Config:
+    """fastree's global settings.
+
+    Attributes:
+        strict_aux: when True, a problem in aux_data raises ``TypeError`` instead of warning,
+            and aux_data must also be hashable. Initially ``FASTREE_STRICT_AUX=1`` in the
+            environment turns it on.
+
+    >>> import fastree
+    >>> fastree.config.strict_aux = True
+    >>> fastree.config.strict_aux = False
+    """
+
+    @property
+    def strict_aux(self) -> bool:
+        return _core.strict_aux()
+
+    @strict_aux.setter
+    def strict_aux(self, value: bool) -> None:
+        _set_strict(value)
+
+    def __repr__(self) -> str:
+        return f"fastree.config(strict_aux={self.strict_aux})"
+
+
+config = Config()
+
+
+@contextlib.contextmanager
+def strict_aux(enabled: bool = True) -> Iterator[None]:
+    """Context manager: strict aux_data checks inside the block (nestable, exception-safe).
+
+    >>> import fastree, numpy as np
+    >>> import fastree.tree_util as tu
+    >>> class Box:
+    ...     def __init__(self, meta): self.meta = meta
+    >>> tu.register_pytree_node(Box, lambda b: ((), b.meta), lambda m, _: Box(m))
+    >>> tu.tree_structure(Box([1, 2]))        # a list of plain values: fine by default
+    PyTreeDef(CustomNode(Box[[1, 2]], []))
+    >>> with fastree.strict_aux():
+    ...     tu.tree_structure({'b': Box([1, 2])})
+    Traceback (most recent call last):
+    TypeError: aux_data of the ...Box node at key path ['b'] holds an unhashable list. ...
+    """
+    previous = _core.strict_aux()
+    _set_strict(enabled)
+    try:
+        yield
+    finally:
+        _set_strict(previous)
+
+
+def install() -> None:
+    """Installs the hooks and reads ``FASTREE_STRICT_AUX`` (called by ``import fastree``)."""
+    _core.set_strict_aux(os.environ.get("FASTREE_STRICT_AUX", "").strip() not in ("", "0"))
+    _install()
