@@ -36,6 +36,11 @@ from ._diff import StructureDiff as StructureDiff  # noqa: E402
 from ._diff import structure_diff as structure_diff  # noqa: E402
 from ._serialize import deserialize as deserialize  # noqa: E402
 
+# Identity-preserving nodes: the aliasing diagnostic and jit over one DAG of all arguments.
+from ._identity import SharedObject as SharedObject  # noqa: E402
+from ._identity import find_shared as find_shared  # noqa: E402
+from ._jit import jit as jit  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -43,11 +48,14 @@ __all__ = [
     "AuditReport",
     "AuxDataWarning",
     "PyTreeDef",
+    "SharedObject",
     "StructureDiff",
     "audit",
     "config",
     "deserialize",
+    "find_shared",
     "from_jax",
+    "jit",
     "strict_aux",
     "structure_diff",
     "to_jax",
