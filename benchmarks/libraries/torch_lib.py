@@ -29,6 +29,16 @@ def load() -> Library:
             raise Unsupported("flax.nnx's node types are registered with JAX only")
         if CUSTOM_NODES in case.features:
             _register_custom_types(pytree)
+        # torch keeps dicts in insertion order (JAX sorts keys) and takes None as a leaf (JAX: an
+        # empty node), so on many trees it computes different leaves: timing it there would not
+        # compare like with like.
+        from benchmarks.guard import compare_leaves  # imported late: guard imports adapters
+
+        if compare_leaves(pytree.tree_leaves(case.tree), case.reference_leaves) is not None:
+            raise Unsupported(
+                "torch.utils._pytree orders dict children by insertion and takes None as a "
+                "leaf: its leaves differ from JAX's on this tree"
+            )
         return api
 
     ops = frozenset(
