@@ -61,23 +61,29 @@ Walk Visit(PyObject* value, int depth) {
     const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
     if (mutable_container && g_strict) return Walk::kReport;  // unhashable: strict rejects it
+    // The classifier runs user code (an `==` on an example value), which may mutate or free
+    // what we are walking: hold a reference to every item while it is visited, and re-read
+    // a list's size each step.
     if (t == &PyTuple_Type || t == &PyList_Type) {
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            Walk w = Visit(PySequence_Fast_GET_ITEM(value, i), depth + 1);
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
+            PyObject* item = Py_NewRef(PySequence_Fast_GET_ITEM(value, i));
+            Walk w = Visit(item, depth + 1);
+            Py_DECREF(item);
             if (w != Walk::kPlain) return w;
         }
         return Walk::kPlain;
     }
     if (t == &PyDict_Type) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(value, &pos, &k, &v)) {
-            Walk w = Visit(k, depth + 1);
-            if (w == Walk::kPlain) w = Visit(v, depth + 1);
-            if (w != Walk::kPlain) return w;
+        PyObject* items = PyDict_Items(value);  // a snapshot the walk owns
+        if (items == nullptr) return Walk::kError;
+        Walk w = Walk::kPlain;
+        for (Py_ssize_t i = 0; w == Walk::kPlain && i < PyList_GET_SIZE(items); ++i) {
+            PyObject* pair = PyList_GET_ITEM(items, i);
+            w = Visit(PyTuple_GET_ITEM(pair, 0), depth + 1);
+            if (w == Walk::kPlain) w = Visit(PyTuple_GET_ITEM(pair, 1), depth + 1);
         }
-        return Walk::kPlain;
+        Py_DECREF(items);
+        return w;
     }
     if (hashable_container || t == &PySet_Type) {  // frozenset/set (tuples were done above)
         PyObject* it = PyObject_GetIter(value);

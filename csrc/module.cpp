@@ -4,6 +4,7 @@
 
 #include "aux_check.h"
 #include "entry_points.h"
+#include "pyutils.h"
 #include "keys.h"
 #include "registry.h"
 #include "treedef.h"
@@ -14,68 +15,69 @@ namespace fastree {
 namespace {
 
 // Casts for PyMethodDef: fast-call signatures are stored as PyCFunction.
-template <class F>
-PyCFunction Fn(F f) {
-    return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(f));
+// (Each is also wrapped in Guard: see pyutils.h.)
+template <auto F>
+PyCFunction Fn() {
+    return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
 }
 
 constexpr int kFastKw = METH_FASTCALL | METH_KEYWORDS;
 
 PyMethodDef kFastFunctions[] = {
-    {"tree_flatten", Fn(TreeFlatten), kFastKw,
+    {"tree_flatten", Fn<TreeFlatten>(), kFastKw,
      "tree_flatten(tree, is_leaf=None)\n--\n\n"
      "Flattens a pytree into (leaves, treedef).\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_flatten({'b': (1, 2), 'a': None})\n"
      "([1, 2], PyTreeDef({'a': None, 'b': (*, *)}))\n"},
-    {"tree_leaves", Fn(TreeLeaves), kFastKw,
+    {"tree_leaves", Fn<TreeLeaves>(), kFastKw,
      "tree_leaves(tree, is_leaf=None)\n--\n\n"
      "The leaves of a pytree, in flattening order; builds no treedef.\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_leaves([1, {'x': 2, 'w': 3}])\n"
      "[1, 3, 2]\n"},
-    {"tree_structure", Fn(TreeStructure), kFastKw,
+    {"tree_structure", Fn<TreeStructure>(), kFastKw,
      "tree_structure(tree, is_leaf=None)\n--\n\n"
      "The treedef of a pytree.\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_structure((1, [2, None]))\n"
      "PyTreeDef((*, [*, None]))\n"},
-    {"tree_flatten_with_path", Fn(TreeFlattenWithPath), kFastKw,
+    {"tree_flatten_with_path", Fn<TreeFlattenWithPath>(), kFastKw,
      "tree_flatten_with_path(tree, is_leaf=None, is_leaf_takes_path=False)\n--\n\n"
      "Flattens a pytree into ([(key_path, leaf), ...], treedef).\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_flatten_with_path({'a': [5]})[0]\n"
      "[((DictKey(key='a'), SequenceKey(idx=0)), 5)]\n"},
-    {"tree_leaves_with_path", Fn(TreeLeavesWithPath), kFastKw,
+    {"tree_leaves_with_path", Fn<TreeLeavesWithPath>(), kFastKw,
      "tree_leaves_with_path(tree, is_leaf=None, is_leaf_takes_path=False)\n--\n\n"
      "[(key_path, leaf), ...] of a pytree.\n"},
-    {"tree_unflatten", Fn(TreeUnflatten), kFastKw,
+    {"tree_unflatten", Fn<TreeUnflatten>(), kFastKw,
      "tree_unflatten(treedef, leaves)\n--\n\n"
      "Builds a pytree of `treedef`'s structure from an iterable of leaves.\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_unflatten(tu.tree_structure((0, [0])), 'ab')\n"
      "('a', ['b'])\n"},
-    {"tree_map", Fn(TreeMap), kFastKw,
+    {"tree_map", Fn<TreeMap>(), kFastKw,
      "tree_map(f, tree, *rest, is_leaf=None)\n--\n\n"
      "Applies f to the leaves of `tree` (and the matching subtrees of `rest`).\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_map(lambda x, y: x + y, {'a': 1, 'b': (2,)}, {'a': 10, 'b': (20,)})\n"
      "{'a': 11, 'b': (22,)}\n"},
-    {"tree_map_with_path", Fn(TreeMapWithPath), kFastKw,
+    {"tree_map_with_path", Fn<TreeMapWithPath>(), kFastKw,
      "tree_map_with_path(f, tree, *rest, is_leaf=None, is_leaf_takes_path=False)\n--\n\n"
      "Like tree_map, with f(key_path, leaf, *rest_leaves).\n"},
-    {"all_leaves", AllLeaves, METH_O,
+    {"all_leaves", Fn<AllLeaves>(), METH_O,
      "all_leaves(iterable, /)\n--\n\nTrue if no element of `iterable` is a pytree node.\n"},
-    {"flatten_one_level", FlattenOneLevelEntry, METH_O,
+    {"flatten_one_level", Fn<FlattenOneLevelEntry>(), METH_O,
      "flatten_one_level(tree, /)\n--\n\n(children, node_data) of the root, or None for a leaf.\n"},
-    {"flatten_one_level_with_keys", FlattenOneLevelWithKeysEntry, METH_O,
+    {"flatten_one_level_with_keys", Fn<FlattenOneLevelWithKeysEntry>(), METH_O,
      "flatten_one_level_with_keys(tree, /)\n--\n\n"
      "(key_child_pairs, node_data) of the root, or None for a leaf.\n"},
-    {"is_node_type", IsNodeType, METH_O,
+    {"is_node_type", Fn<IsNodeType>(), METH_O,
      "is_node_type(type, /)\n--\n\nTrue if instances of `type` are pytree nodes.\n"},
-    {"treedef_tuple", TreeDefTupleEntry, METH_O,
+    {"treedef_tuple", Fn<TreeDefTupleEntry>(), METH_O,
      "treedef_tuple(treedefs, /)\n--\n\nThe treedef of a tuple of the given structures.\n"},
-    {"_treedef_from_state", TreeDefFromState, METH_O,
+    {"_treedef_from_state", Fn<TreeDefFromState>(), METH_O,
      "_treedef_from_state(state, /)\n--\n\nUnpickling constructor of PyTreeDef.\n"},
     {nullptr, nullptr, 0, nullptr},
 };

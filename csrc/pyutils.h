@@ -3,6 +3,8 @@
 
 #include <Python.h>
 
+#include <exception>
+#include <new>
 #include <string>
 
 namespace fastree {
@@ -203,6 +205,29 @@ inline PyObject* OptionalArg(PyObject* arg) { return (arg == nullptr || arg == P
 
 // A bool-ish keyword such as is_leaf_takes_path. Returns -1 on error.
 inline int TruthArg(PyObject* arg) { return arg == nullptr ? 0 : PyObject_IsTrue(arg); }
+
+// Raw C entry points must not let a C++ exception reach CPython (that is std::terminate): a
+// vector or map growing out of memory becomes MemoryError, anything else RuntimeError.
+// Guard<F> is F wrapped accordingly, with F's exact signature (usable in PyMethodDef tables).
+template <auto F>
+struct Guarded;
+
+template <class... A, PyObject* (*F)(A...)>
+struct Guarded<F> {
+    static PyObject* Call(A... args) noexcept {
+        try {
+            return F(args...);
+        } catch (const std::bad_alloc&) {
+            return PyErr_NoMemory();
+        } catch (const std::exception& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+            return nullptr;
+        }
+    }
+};
+
+template <auto F>
+constexpr auto Guard = &Guarded<F>::Call;
 
 // Transfer a vector of owned references into a new list (no INCREF: ownership moves).
 template <class Vec>

@@ -38,6 +38,7 @@ struct State {
         PyObject* weakref;  // owned; null for types that cannot be weakly referenced
     };
     std::unordered_map<PyTypeObject*, MemoEntry> memo;
+    std::unordered_map<PyObject*, PyTypeObject*> memo_by_weakref;  // for the death callback
     PyObject* on_type_death = nullptr;  // owned: the weakref callback (a builtin function)
     Py_ssize_t memo_jax_size = -1;
     PyObject* jax_registry = nullptr;            // owned
@@ -56,6 +57,7 @@ void DropMemo() {
     // Move out first: DECREF may run arbitrary code (a type's finalizer) that re-enters here.
     auto old = std::move(s.memo);
     s.memo.clear();
+    s.memo_by_weakref.clear();
     g_memo = Memo{};
     for (auto& entry : old) Py_XDECREF(entry.second.weakref);
 }
@@ -63,13 +65,13 @@ void DropMemo() {
 // Weakref callback: a memoised type died; forget it (and the one-entry memo if it was there).
 PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
     State& s = S();
-    for (auto it = s.memo.begin(); it != s.memo.end(); ++it) {
-        if (it->second.weakref == weakref) {
-            if (g_memo.type == it->first) g_memo = Memo{};
-            s.memo.erase(it);
-            Py_DECREF(weakref);
-            break;
-        }
+    auto found = s.memo_by_weakref.find(weakref);
+    if (found != s.memo_by_weakref.end()) {
+        PyTypeObject* dead = found->second;
+        s.memo_by_weakref.erase(found);
+        if (g_memo.type == dead) g_memo = Memo{};
+        s.memo.erase(dead);
+        Py_DECREF(weakref);
     }
     Py_RETURN_NONE;
 }
@@ -142,6 +144,8 @@ const Registration* Resolve(PyTypeObject* t) {
 
 const Registration* ClassifySlow(PyTypeObject* t) {
     State& s = S();
+    // JAX only ever adds to its registry (it has no unregister), so a change in the registry's
+    // size is exactly "a type may have become a node".
     Py_ssize_t jax_size = JaxRegistrySize();
     if (s.memo_jax_size != jax_size || s.memo.size() > kMaxMemo) {
         DropMemo();
@@ -160,6 +164,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
             return reg;
         }
         s.memo.emplace(t, State::MemoEntry{reg, weakref});
+        s.memo_by_weakref.emplace(weakref, t);
     }
     g_memo.type = t;
     g_memo.reg = reg;
@@ -305,13 +310,21 @@ PyType_Spec kRegistrySpec = {
     "fastree._core.Registry",
     sizeof(RegistryObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     kRegistrySlots,
 };
 
 }  // namespace
 
 PyObject* NewRegistryObject() {
+    // The module uses single-phase init and is imported once per process; a second registry
+    // object would report the same references to the GC twice.
+    static bool created = false;
+    if (created) {
+        PyErr_SetString(PyExc_ImportError, "fastree._core cannot be initialised twice");
+        return nullptr;
+    }
+    created = true;
     PyObject* type = PyType_FromSpec(&kRegistrySpec);
     if (type == nullptr) return nullptr;
     PyObject* obj = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);

@@ -20,10 +20,6 @@ namespace {
 
 constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
 
-// Set when a cycle through identity-preserving nodes was found by a flatten that tracks no key
-// paths: Flatten() then repeats the walk with paths to name where the cycle closes.
-bool g_cycle_wants_path = false;
-
 // keystr(path): JAX's key entries print as their path segment.
 std::string KeyStr(const std::vector<PyObject*>& path) {
     std::string out;
@@ -85,6 +81,9 @@ class Flattener {
         root_ = root;
         return Visit(root);
     }
+
+    // A cycle through identity-preserving nodes was found without key paths to name it.
+    bool cycle_wants_path() const { return cycle_wants_path_; }
 
     bool Visit(PyObject* obj) {
         if (is_leaf_ != nullptr) {
@@ -414,7 +413,7 @@ class Flattener {
                          reinterpret_cast<PyObject*>(Py_TYPE(obj)),
                          outer_path.empty() ? "()" : outer_path.c_str(), inner_path.c_str());
         } else {
-            g_cycle_wants_path = true;
+            cycle_wants_path_ = true;
             PyErr_Format(PyExc_ValueError,
                          "Reference cycle through an identity-preserving node: a %R contains "
                          "itself.",
@@ -596,6 +595,7 @@ class Flattener {
 
     bool one_level_;  // flatten_one_level: every child of the root is taken as a leaf
     PyObject* root_ = nullptr;  // borrowed: the tree being flattened (for aux-data reports)
+    bool cycle_wants_path_ = false;
     PyObject* is_leaf_;
     bool is_leaf_takes_path_;
     TreeDef* def_;
@@ -613,9 +613,12 @@ class Flattener {
 
 template <bool kDef, bool kPaths>
 bool Run(PyObject* tree, PyObject* is_leaf, bool takes_path, TreeDef* def,
-         std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
+         std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths,
+         bool* cycle_wants_path) {
     Flattener<kDef, kPaths> f(is_leaf, takes_path, def, leaves, paths);
-    return f.Run(tree);
+    bool ok = f.Run(tree);
+    *cycle_wants_path = f.cycle_wants_path();
+    return ok;
 }
 
 }  // namespace
@@ -637,9 +640,10 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
     Scratch<Node> node_buf;
     if (def != nullptr) def->nodes.swap(node_buf.get());
     bool ok;
+    bool cycle = false;  // a cycle error that a walk with key paths can describe better
     if (def != nullptr) {
-        ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
-                   : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
+        ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
+                   : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle);
         std::vector<Node> exact(def->nodes.begin(), def->nodes.end());
         def->nodes.swap(exact);
         node_buf.get().swap(exact);  // the scratch storage goes back to the pool, emptied
@@ -648,17 +652,16 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
             ok = false;
         }
     } else {
-        ok = paths ? Run<false, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths)
-                   : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
+        ok = paths ? Run<false, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
+                   : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle);
     }
-    if (!ok && g_cycle_wants_path) {
+    if (!ok && cycle) {
         // Walk again with key paths so the error can say where the cycle closes.
-        g_cycle_wants_path = false;
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         std::vector<PyObject*> scratch_leaves, scratch_paths;
         bool again = Run<false, true>(tree, is_leaf, is_leaf_takes_path, nullptr, &scratch_leaves,
-                                      &scratch_paths);
+                                      &scratch_paths, &cycle);
         DecrefAll(scratch_leaves);
         DecrefAll(scratch_paths);
         if (again) {

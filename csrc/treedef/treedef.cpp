@@ -58,7 +58,8 @@ void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* ds
 void TreeDef::AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end) {
     const Py_ssize_t from = num_nodes();
     if (!src.HasSharedRefs()) {  // the common case: a flat copy
-        nodes.reserve(nodes.size() + static_cast<size_t>(end - begin));
+        // No reserve here: callers append many small ranges, and an exact reserve per call
+        // would defeat the vector's geometric growth (quadratic compose/treedef_tuple).
         for (Py_ssize_t i = begin; i < end; ++i) {
             Node node = src.nodes[i];
             Py_XINCREF(node.node_data);

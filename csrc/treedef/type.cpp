@@ -128,32 +128,32 @@ PyObject* MToJax(PyObject* self, PyObject*) {
 }
 
 PyMethodDef kMethods[] = {
-    {"unflatten", MUnflatten, METH_O,
+    {"unflatten", Guard<MUnflatten>, METH_O,
      "unflatten($self, leaves, /)\n--\n\nBuilds a tree of this structure from an iterable of "
      "leaves."},
-    {"flatten_up_to", MFlattenUpTo, METH_O,
+    {"flatten_up_to", Guard<MFlattenUpTo>, METH_O,
      "flatten_up_to($self, tree, /)\n--\n\nFlattens `tree` up to this structure: the subtrees at "
      "this treedef's leaf positions become the leaves."},
-    {"children", MChildren, METH_NOARGS,
+    {"children", Guard<MChildren>, METH_NOARGS,
      "children($self, /)\n--\n\nThe treedefs of the root's children."},
-    {"compose", MCompose, METH_O,
+    {"compose", Guard<MCompose>, METH_O,
      "compose($self, inner, /)\n--\n\nThe treedef of this structure with `inner` at every leaf."},
-    {"node_data", MNodeData, METH_NOARGS,
+    {"node_data", Guard<MNodeData>, METH_NOARGS,
      "node_data($self, /)\n--\n\nNone for a leaf, else (type, data) of the root node."},
-    {"walk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(MWalk)), METH_FASTCALL,
+    {"walk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<MWalk>)), METH_FASTCALL,
      "walk($self, f_node, f_leaf, leaves, /)\n--\n\nFolds the structure bottom-up: "
      "f_leaf(leaf) at leaves, f_node(children_tuple, node_data) at nodes."},
-    {"from_iterable_tree", MFromIterableTree, METH_O,
+    {"from_iterable_tree", Guard<MFromIterableTree>, METH_O,
      "from_iterable_tree($self, tree, /)\n--\n\nRebuilds this structure from nested iterables."},
     {"from_node_data_and_children",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(MFromNodeDataAndChildren)),
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<MFromNodeDataAndChildren>)),
      METH_FASTCALL | METH_STATIC,
      "from_node_data_and_children(node_data, children)\n--\n\nThe inverse of node_data() and "
      "children(). JAX's form with a leading registry argument is accepted too."},
-    {"to_jax", MToJax, METH_NOARGS,
+    {"to_jax", Guard<MToJax>, METH_NOARGS,
      "to_jax($self, /)\n--\n\nThe equal jax.tree_util.PyTreeDef."},
-    {"__reduce__", MReduce, METH_NOARGS, nullptr},
-    {"_state", MState, METH_NOARGS,
+    {"__reduce__", Guard<MReduce>, METH_NOARGS, nullptr},
+    {"_state", Guard<MState>, METH_NOARGS,
      "_state($self, /)\n--\n\nThe post-order node records (version, ((type, data, arity, ref), "
      "...)): the pickle state, and the input of serialize/fingerprint/diff."},
     {nullptr, nullptr, 0, nullptr},
@@ -175,8 +175,8 @@ PyType_Slot kSlots[] = {
     {Py_tp_traverse, reinterpret_cast<void*>(Traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(Clear)},
     {Py_tp_hash, reinterpret_cast<void*>(HashSlot)},
-    {Py_tp_richcompare, reinterpret_cast<void*>(RichCompare)},
-    {Py_tp_repr, reinterpret_cast<void*>(ReprSlot)},
+    {Py_tp_richcompare, reinterpret_cast<void*>(Guard<RichCompare>)},
+    {Py_tp_repr, reinterpret_cast<void*>(Guard<ReprSlot>)},
     {Py_tp_methods, kMethods},
     {Py_tp_getset, kGetSet},
     {Py_tp_members, kMembers},
@@ -190,7 +190,9 @@ PyType_Spec kSpec = {
     "fastree.PyTreeDef",
     sizeof(PyTreeDefObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    // Treedefs come from flatten and friends only, as in JAX: `PyTreeDef()` would skip the
+    // C++ constructor of the embedded TreeDef.
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     kSlots,
 };
 
