@@ -151,5 +151,18 @@ PYBIND11_MODULE(_core, m) {
                 ->preserve_identity;
         },
         py::arg("type"), "Whether `type` is registered as an identity-preserving node.");
+    m.def(
+        "dataclass_fields",
+        [](py::handle type) -> py::object {
+            if (!PyType_Check(type.ptr())) return py::none();
+            const Registration* reg =
+                registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type.ptr()));
+            if (reg->kind != NodeKind::kDataclass) return py::none();
+            return py::make_tuple(py::reinterpret_borrow<py::tuple>(reg->data_fields),
+                                  py::reinterpret_borrow<py::tuple>(reg->meta_fields));
+        },
+        py::arg("type"),
+        "(data_fields, meta_fields) of a type registered with fastree's register_dataclass, "
+        "else None.");
     m.def("strict_aux", []() { return aux::Strict(); }, "Whether strict aux checking is on.");
 }

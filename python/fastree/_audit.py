@@ -73,7 +73,8 @@ class AuditReport:
         return "\n".join([head, *(f"  {e}" for e in self.entries)])
 
 
-def _short_repr(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
+    """repr(value), shortened; never raises (shared by the audit and structure diffs)."""
     try:
         text = repr(value)
     except Exception as e:  # a broken __repr__ must not break the audit
@@ -176,6 +177,6 @@ def audit(tree: Any) -> AuditReport:
         tp = type(node)
         namedtuple = issubclass(tp, tuple) and hasattr(tp, "_fields") and aux is tp
         if tp not in _BUILTIN_NODES and not namedtuple:
-            entries.append(AuditEntry(path, tp, _short_repr(aux), tuple(_aux_problems(aux))))
+            entries.append(AuditEntry(path, tp, short_repr(aux), tuple(_aux_problems(aux))))
         stack.extend((path + (k,), c) for k, c in reversed(list(key_children)))
     return AuditReport(tuple(entries))

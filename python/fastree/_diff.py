@@ -14,6 +14,7 @@ from typing import Any
 
 from . import _core, _statetree
 from ._aux import _type_name
+from ._audit import short_repr
 from ._statetree import StateNode
 from .tree_util import keystr
 
@@ -39,12 +40,8 @@ class StructureDiff:
         return f"{keystr(self.path) or '(root)'}: {self.message}"
 
 
-def _repr(value: Any, limit: int = 120) -> str:
-    try:
-        text = repr(value)
-    except Exception as e:
-        text = f"<{type(value).__name__}: repr raised {type(e).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _repr(value: Any) -> str:
+    return short_repr(value, limit=120)
 
 
 def _describe(node: StateNode) -> str:

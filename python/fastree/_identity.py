@@ -47,7 +47,8 @@ def find_shared(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
     crossing a jit boundary, where aliasing silently turns into copies. A shared node is
     reported with all its paths; its contents are not descended into again from the second
     path on (they are shared with it). Immutable scalars (None, bool, int, float, complex, str,
-    bytes) are not reported. Results are in order of first occurrence.
+    bytes) and the empty tuple/frozenset singletons are not reported. Results are in order of
+    first occurrence.
 
     >>> import numpy as np, fastree
     >>> w = np.zeros(2)
@@ -58,7 +59,11 @@ def find_shared(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
     keepalive: list[Any] = []  # ids stay unique only while the objects live
 
     def visit(obj: Any, path: tuple[Any, ...]) -> None:
-        if not isinstance(obj, _UNREPORTED):
+        # Empty tuples/frozensets are interpreter-wide singletons: never aliasing worth reporting.
+        reportable = not isinstance(obj, _UNREPORTED) and not (
+            type(obj) in (tuple, frozenset) and not obj
+        )
+        if reportable:
             record = seen.get(id(obj))
             if record is not None:
                 record.paths.append(path)

@@ -24,25 +24,22 @@ from . import _core
 def _check_sharing_fits_jax(treedef: _core.PyTreeDef) -> None:
     """JAX can carry sharing only inside one identity-preserving object (as that object's aux
     data); a shared reference that crosses out of it would be silently dropped: refuse."""
-    _, entries = treedef._state()
-    if all(ref < 0 for *_, ref in entries):
+    from ._statetree import parse_state
+
+    nodes = parse_state(treedef._state())
+    if all(node.ref < 0 for node in nodes):
         return
-    parent = [-1] * len(entries)
-    size = [1] * len(entries)
-    stack: list[int] = []
-    for i, (_, _, arity, _) in enumerate(entries):
-        for _ in range(arity):
-            child = stack.pop()
-            parent[child] = i
-            size[i] += size[child]
-        stack.append(i)
-    for i, (_, _, _, ref) in enumerate(entries):
-        if ref < 0:
+    parent = {child: node.index for node in nodes for child in node.children}
+    size = [1] * len(nodes)
+    for node in nodes:  # post-order: children first
+        size[node.index] += sum(size[child] for child in node.children)
+    for node in nodes:
+        if node.ref < 0:
             continue
-        holder = parent[i]
-        while holder >= 0 and not _core.is_identity_type(entries[holder][0]):
-            holder = parent[holder]
-        if holder < 0 or not holder - size[holder] < ref <= holder:
+        holder = parent.get(node.index, -1)
+        while holder >= 0 and not _core.is_identity_type(nodes[holder].type):
+            holder = parent.get(holder, -1)
+        if holder < 0 or not holder - size[holder] < node.ref <= holder:
             raise ValueError(
                 "This treedef shares an identity-preserving object across built-in containers, "
                 f"which a JAX treedef cannot express: {treedef}. Use fastree.jit, or keep the "

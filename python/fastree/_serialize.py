@@ -11,8 +11,9 @@ every ``PYTHONHASHSEED``. Values allowed in aux_data, dict keys and node data:
 Anything else raises ``TypeError``. Fingerprints sort dict items and set elements by their
 encoding (equal values, equal fingerprint); serialization keeps dict order (it must rebuild the
 same object) and sorts sets. Types are encoded, not their equality: ``1``, ``1.0`` and ``True``
-compare equal as aux_data but fingerprint differently (equal fingerprints imply equal treedefs,
-not the converse).
+compare equal as aux_data but fingerprint differently, so equal fingerprints imply equal
+treedefs (not the converse), with one exception: a NaN aux value fingerprints like any other
+NaN although NaN != NaN.
 
 Format (version 1)::
 

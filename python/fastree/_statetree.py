@@ -19,6 +19,8 @@ from typing import Any
 
 from jax._src import tree_util as _jax_internal
 
+from . import _core
+
 from .tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
 STATE_VERSION = 1
@@ -58,9 +60,13 @@ def is_namedtuple(tp: type, data: Any, arity: int) -> bool:
 def dataclass_data_fields(tp: type, arity: int) -> tuple[str, ...] | None:
     """The data (child) fields of a ``register_dataclass`` type, or None if it is not one.
 
-    The core does not expose them; JAX's registry entry closes over them (``data_fields`` in
-    its flatten function), so read them from there, checking what is found.
+    Types registered through fastree: the core's registration. Types registered only with
+    JAX: JAX's Python registry entry closes over them (``data_fields`` in its flatten
+    function), the only place JAX keeps them; read them from there, checking what is found.
     """
+    from_core = _core.dataclass_fields(tp)
+    if from_core is not None:
+        return from_core[0] if len(from_core[0]) == arity else None
     entry = _jax_internal._registry.get(tp)
     fn = getattr(entry, "to_iter", None)
     code = getattr(fn, "__code__", None)

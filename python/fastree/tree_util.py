@@ -119,9 +119,11 @@ def tree_transpose(
     if treedef.num_leaves != inner_size * outer_size:
         expected_treedef = outer_treedef.compose(inner_treedef)
         raise TypeError(f"Mismatch\n{treedef}\n != \n{expected_treedef}")
-    # flat is outer-major: row o holds the inner leaves of outer position o.
-    columns = [flat[i::inner_size] for i in range(inner_size)]
-    return inner_treedef.unflatten([outer_treedef.unflatten(col) for col in columns])
+    # flat is outer-major: row o holds the inner leaves of outer position o. Transposing the
+    # rows with zip gives inner-major columns (and, as in JAX, none at all for an empty outer
+    # tree, which the inner unflatten then rejects).
+    rows = [flat[o * inner_size : (o + 1) * inner_size] for o in range(outer_size)]
+    return inner_treedef.unflatten([outer_treedef.unflatten(col) for col in zip(*rows)])
 
 
 def tree_broadcast(
