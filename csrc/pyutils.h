@@ -55,23 +55,8 @@ class RecursionGuard {
     bool ok_;
 };
 
-// str(obj) as a std::string for error messages; never fails (a failing __str__ must not
-// replace the error we are about to raise).
-inline std::string Str(PyObject* obj) {
-    PyObject* s = PyObject_Str(obj);
-    if (s == nullptr) {
-        PyErr_Clear();
-        return "<unprintable object>";
-    }
-    const char* utf8 = PyUnicode_AsUTF8(s);
-    std::string out = utf8 ? utf8 : "<unprintable object>";
-    if (utf8 == nullptr) PyErr_Clear();
-    Py_DECREF(s);
-    return out;
-}
-
-// repr(obj) appended to *out; same never-fails contract as Str. Returns false only when the
-// caller asked to propagate (used by PyTreeDef.__repr__, where a raising repr must surface).
+// repr(obj) appended to *out. Returns false with the Python error set (PyTreeDef.__repr__
+// lets a raising repr surface); Repr below is the never-failing variant for error messages.
 inline bool ReprInto(PyObject* obj, std::string* out) {
     PyObject* s = PyObject_Repr(obj);
     if (s == nullptr) return false;
@@ -97,6 +82,7 @@ inline std::string Repr(PyObject* obj) {
     return out;
 }
 
+// str(obj) appended to *out; false with the Python error set on failure.
 inline bool StrInto(PyObject* obj, std::string* out) {
     PyObject* s = PyObject_Str(obj);
     if (s == nullptr) return false;
@@ -109,6 +95,17 @@ inline bool StrInto(PyObject* obj, std::string* out) {
     out->append(utf8, static_cast<size_t>(n));
     Py_DECREF(s);
     return true;
+}
+
+// str(obj) as a std::string for error messages; never fails (a failing __str__ must not
+// replace the error we are about to raise).
+inline std::string Str(PyObject* obj) {
+    std::string out;
+    if (!StrInto(obj, &out)) {
+        PyErr_Clear();
+        return "<unprintable object>";
+    }
+    return out;
 }
 
 // Raise `type(message)` with the currently set exception as its __cause__ (like

@@ -138,6 +138,8 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
 
 // unflatten.cpp. Builds one node from its children (references consumed, success or not).
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children);
+// JAX's "Too few/many leaves for PyTreeDef" errors; false with the error set.
+bool CheckLeafCount(const TreeDef& def, Py_ssize_t n);
 // Builds the tree from `n` borrowed leaves; raises JAX's leaf-count errors.
 PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n);
 PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves);

@@ -261,17 +261,7 @@ PyObject* FromNodeDataAndChildren(PyObject* node_data, PyObject* children) {
 PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject* leaves) {
     Ref seq(PySequence_Tuple(leaves));
     if (!seq) return nullptr;
-    const Py_ssize_t n = PyTuple_GET_SIZE(seq.get());
-    if (n != def.num_leaves()) {
-        if (n < def.num_leaves()) {
-            PyErr_Format(PyExc_ValueError, "Too few leaves for PyTreeDef; expected %zd, got %zd",
-                         def.num_leaves(), n);
-        } else {
-            PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.",
-                         def.num_leaves());
-        }
-        return nullptr;
-    }
+    if (!CheckLeafCount(def, PyTuple_GET_SIZE(seq.get()))) return nullptr;
     std::vector<PyObject*> stack;
     std::unordered_map<Py_ssize_t, PyObject*> shared;  // owned: results of shared nodes
     auto release = [&] {

@@ -139,17 +139,22 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
     return nullptr;
 }
 
-PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
+bool CheckLeafCount(const TreeDef& def, Py_ssize_t n) {
     const Py_ssize_t expected = def.num_leaves();
     if (n < expected) {
         PyErr_Format(PyExc_ValueError, "Too few leaves for PyTreeDef; expected %zd, got %zd",
                      expected, n);
-        return nullptr;
+        return false;
     }
     if (n > expected) {
         PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.", expected);
-        return nullptr;
+        return false;
     }
+    return true;
+}
+
+PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
+    if (!CheckLeafCount(def, n)) return nullptr;
     return UnflattenWith(def, [leaves](Py_ssize_t i) { return Py_NewRef(leaves[i]); });
 }
 
