@@ -151,8 +151,8 @@ def adam_state(leaf: LeafFactory) -> tuple[Any, ...]:
     )
 
 
-def custom_node_model(leaf: LeafFactory) -> list[Any]:
-    """12 registered Block dataclasses (each 3 custom children) behind an embedding Linear."""
+def custom_node_model(leaf: LeafFactory, num_blocks: int = 12) -> list[Any]:
+    """Registered Block dataclasses (each 3 custom children) behind an embedding Linear."""
     custom_nodes.ensure_registered()
     Linear, LayerNorm, Block = custom_nodes.Linear, custom_nodes.LayerNorm, custom_nodes.Block
 
@@ -166,7 +166,7 @@ def custom_node_model(leaf: LeafFactory) -> list[Any]:
             norm=LayerNorm(leaf((2,)), leaf((2,))),
             name=f"block{i}",
         )
-        for i in range(12)
+        for i in range(num_blocks)
     ]
     return [linear(), *blocks]
 
@@ -256,6 +256,13 @@ RECIPES: tuple[Recipe, ...] = (
         "custom-nodes",
         "12 registered dataclass blocks (custom nodes with aux data)",
         custom_node_model,
+        features=frozenset({CUSTOM_NODES}),
+    ),
+    Recipe(
+        "custom-nodes-1000",
+        "1000 registered dataclass blocks (4,001 custom nodes, str/None aux data): also times"
+        " fastree with its aux_data checks off (fastree-noaux)",
+        functools.partial(custom_node_model, num_blocks=1000),
         features=frozenset({CUSTOM_NODES}),
     ),
     Recipe(

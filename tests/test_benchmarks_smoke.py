@@ -19,7 +19,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.cli import parse_args  # noqa: E402
-from benchmarks.guard import leaves_disagreement  # noqa: E402
+from benchmarks.guard import compare_leaves, leaves_disagreement  # noqa: E402
 from benchmarks.leaves import leaf_factory  # noqa: E402
 from benchmarks.libraries import LOADERS  # noqa: E402
 from benchmarks.ops import OPS, TREE_OPS  # noqa: E402
@@ -32,8 +32,11 @@ from benchmarks.unsupported import Unsupported  # noqa: E402
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 # Pytree libraries checked against jax.tree_util (nnx only does split/merge on a module, and
-# fastree-plain only times the plain twin of the identity_copy case).
-TREE_LIBRARIES = [name for name in LOADERS if name not in ("nnx", "fastree-plain")]
+# fastree-plain only times the plain twin of the identity_copy case, fastree-noaux only flatten and
+# structure of custom-node trees with the aux checks off: see test_noaux_adapter).
+TREE_LIBRARIES = [
+    name for name in LOADERS if name not in ("nnx", "fastree-plain", "fastree-noaux")
+]
 GUARD_TREES = [
     "tuple3",
     "mlp",
@@ -248,3 +251,15 @@ def test_only_pattern(pattern: str, op: str, tree: str, selected: bool) -> None:
 def test_write_results_refuses_a_partial_run() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--quick", "--write-results"])
+
+
+def test_noaux_adapter_times_custom_nodes_only() -> None:
+    """fastree-noaux gives fastree's leaves with the aux checks off, and only on custom nodes."""
+    library = _library("fastree-noaux")
+    case = _case("custom-nodes")
+    api = library.api_for(case)
+    leaves, _ = api.flatten(case.tree)
+    assert compare_leaves(leaves, case.reference_leaves) is None
+    assert api.structure(case.tree) == api.flatten(case.tree)[1]
+    with pytest.raises(Unsupported):
+        library.api_for(_case("tuple3"))

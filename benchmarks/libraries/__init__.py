@@ -26,6 +26,7 @@ LOADERS: dict[str, Callable[[], Library]] = {
     "torch": torch_lib.load,
     "nnx": nnx_lib.load,
     "fastree-plain": fastree_lib.load_plain,
+    "fastree-noaux": fastree_lib.load_noaux,
 }
 
 

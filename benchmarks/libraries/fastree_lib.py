@@ -74,6 +74,48 @@ def load_plain() -> Library:
     )
 
 
+def load_noaux() -> Library:
+    """fastree with its aux_data checks switched off, on trees of custom nodes (issue #5).
+
+    Only there to show what the checks cost: its time divided by fastree's on structure/flatten
+    is unchecked / checked (< 1 means the checks cost). The checks are turned off around each
+    call and back on after; toggling costs two C calls (~0.2 us, counted against the unchecked
+    side) and, for the plain aux data of these trees, re-warms nothing.
+    """
+    tu, why = _import()
+    if tu is None:
+        raise Unsupported(why)
+    import fastree
+    from fastree import _aux, _core
+
+    def unchecked(fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _core.set_aux_hooks(None, None)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _core.set_aux_hooks(_aux._classify, _aux._report)
+
+        return call
+
+    api = tree_util_api(tu)
+    api = replace(api, flatten=unchecked(api.flatten), structure=unchecked(api.structure))
+
+    def api_for(case: TreeCase) -> TreeApi:
+        from benchmarks.trees import CUSTOM_NODES
+
+        if CUSTOM_NODES not in case.features:
+            raise Unsupported("only run on trees of custom nodes (what the aux checks look at)")
+        return api
+
+    return Library(
+        name="fastree-noaux",
+        version=getattr(fastree, "__version__", "unknown"),
+        ops=frozenset({"flatten", "structure"}),
+        api_for=api_for,
+    )
+
+
 def _with_identity_ops(
     api: TreeApi, case: TreeCase, tu: ModuleType, fastree: ModuleType, copy_of: str | None
 ) -> TreeApi:

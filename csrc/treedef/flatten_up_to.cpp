@@ -150,7 +150,7 @@ class PrefixWalker {
         Items items;
         if (!GatherDictItems(obj, items)) return false;
         const Py_ssize_t n = node.arity;
-        PyObject* const* expected = &def_.keys[node.keys_begin];
+        PyObject* const* expected = def_.keys.data() + node.keys_begin;  // may be empty
         bool equal = static_cast<Py_ssize_t>(items.size()) == n;
         for (Py_ssize_t i = 0; equal && i < n; ++i) {
             PyObject* got = items[static_cast<size_t>(i)].key;
