@@ -147,6 +147,32 @@ class PrefixWalker {
         if (!PyDict_CheckExact(obj)) {
             return Fail(PyExc_ValueError, "Expected dict, got " + Repr(obj) + ".");
         }
+        // Fast path: same size and every expected key present means the same key set, found by
+        // lookups, with no sort of the tree's keys. The sorting path below builds the message.
+        if (PyDict_GET_SIZE(obj) == node.arity) {
+            Items found;
+            PyObject* const* expected = def_.keys.data() + node.keys_begin;
+            for (Count i = 0; i < node.arity; ++i) {
+                PyObject* value = PyDict_GetItemWithError(obj, expected[i]);
+                if (value == nullptr) break;
+                found.push_back(Item{nullptr, Py_NewRef(value)});
+            }
+            if (PyErr_Occurred()) {
+                ReleaseItems(found, 0);
+                return false;
+            }
+            if (static_cast<Count>(found.size()) == node.arity) {
+                if (AllChildrenAreLeaves(node)) {
+                    for (size_t i = found.size(); i-- > 0;) out_->push_back(found[i].value);
+                    leaf_children_done_ = true;
+                } else {
+                    for (size_t i = 0; i < found.size(); ++i) agenda_.push_back(found[i].value);
+                }
+                found.clear();  // the values' references moved
+                return true;
+            }
+            ReleaseItems(found, 0);
+        }
         Items items;
         if (!GatherDictItems(obj, items)) return false;
         const Py_ssize_t n = node.arity;
@@ -212,6 +238,9 @@ class PrefixWalker {
                             ": expected type: " + Repr(node.custom->type) +
                             ", value: " + Repr(obj) + ".");
         }
+        if (node.kind == NodeKind::kCustom && reg->flatten != nullptr) {
+            return StepCustomCallback(node, obj, reg);
+        }
         TreeDef one;
         std::vector<PyObject*> children;
         if (!FlattenOneLevel(obj, &one, &children, nullptr)) {
@@ -241,6 +270,43 @@ class PrefixWalker {
         }
         for (PyObject* child : children) agenda_.push_back(child);  // ownership moves
         children.clear();
+        return true;
+    }
+
+    // kCustom with a flatten callback: call it directly (as JAX does) rather than through a
+    // one-level flatten, which would build a throw-away treedef for every node.
+    bool StepCustomCallback(const Node& node, PyObject* obj, const Registration* reg) {
+        Ref result(PyObject_CallOneArg(reg->flatten, obj));
+        if (!result) return false;
+        if (!PyTuple_Check(result.get()) || PyTuple_GET_SIZE(result.get()) != 2) {
+            return Fail(PyExc_ValueError,
+                        "The to_iterable function for a custom PyTree node should return a "
+                        "(children, aux_data) tuple, got " + Repr(result.get()));
+        }
+        PyObject* aux = PyTuple_GET_ITEM(result.get(), 1);
+        int ne = PyObject_RichCompareBool(node.node_data, aux, Py_NE);
+        if (ne < 0) return false;
+        if (ne) {
+            return Fail(PyExc_ValueError, "Mismatch custom node data: " + Repr(node.node_data) +
+                                              " != " + Repr(aux) + "; value: " + Repr(obj) + ".");
+        }
+        Ref children(PySequence_Tuple(PyTuple_GET_ITEM(result.get(), 0)));
+        if (!children) {
+            PyErr_Clear();
+            return Fail(PyExc_ValueError,
+                        "The to_iterable function for a custom PyTree node should return a "
+                        "(children, aux_data) tuple where 'children' is iterable, got " +
+                            Repr(result.get()));
+        }
+        const Py_ssize_t n = PyTuple_GET_SIZE(children.get());
+        if (n != node.arity) {
+            return Fail(PyExc_ValueError, "Custom type arity mismatch: " + std::to_string(n) +
+                                              " != " + std::to_string(node.arity) +
+                                              "; value: " + Repr(obj) + ".");
+        }
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            agenda_.push_back(Py_NewRef(PyTuple_GET_ITEM(children.get(), i)));
+        }
         return true;
     }
 
