@@ -11,6 +11,7 @@
 #include "aux_check.h"
 #include "dict_items.h"
 #include "keys.h"
+#include "pointer_map.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -72,9 +73,7 @@ class Flattener {
 
     ~Flattener() {
         DecrefAll(path_);
-        if (seen_) {
-            for (auto& entry : *seen_) Py_DECREF(entry.first);
-        }
+        if (seen_) seen_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
     }
 
     bool Run(PyObject* root) {
@@ -378,27 +377,29 @@ class Flattener {
     // The first occurrence of an identity-preserving object is flattened as usual; later ones
     // become kSharedRef nodes (and contribute no leaves).
     bool VisitShared(PyObject* obj, const Registration* reg) {
-        if (!seen_) seen_ = std::make_unique<std::unordered_map<PyObject*, Py_ssize_t>>();
-        auto it = seen_->find(obj);
-        if (it != seen_->end()) {
-            if (it->second == kInProgress) return RaiseCycle(obj);
+        if (!seen_) seen_ = std::make_unique<PointerMap>();
+        bool inserted;
+        PointerMap::Slot* slot = seen_->FindOrInsert(obj, kInProgress, &inserted);
+        if (!inserted) {
+            const Py_ssize_t first = slot->value;
+            if (first == kInProgress) return RaiseCycle(obj);
             if constexpr (kDef) {
                 Node node;
                 node.kind = NodeKind::kSharedRef;
                 node.num_nodes = 1;
-                node.ref = it->second;
-                def_->nodes[it->second].shared_target = true;
+                node.ref = static_cast<Count>(first);
+                def_->nodes[first].shared_target = true;
                 def_->nodes.push_back(node);
                 def_->has_refs = true;
             }
             return true;
         }
-        seen_->emplace(Py_NewRef(obj), kInProgress);
+        Py_INCREF(obj);  // owned by the map from here on
         if constexpr (kPaths) entry_depth_[obj] = path_.size();
         bool ok = reg->kind == NodeKind::kDataclass ? VisitDataclass(obj, reg)
                                                     : VisitCustom(obj, reg);
         if (!ok) return false;
-        (*seen_)[obj] = kDef ? def_->num_nodes() - 1 : 0;
+        seen_->Find(obj)->value = kDef ? def_->num_nodes() - 1 : 0;  // re-find: may have grown
         return true;
     }
 
@@ -605,7 +606,7 @@ class Flattener {
     // Identity-preserving objects met so far -> index of their node (kInProgress while their
     // subtree is being visited). Owns a reference to each object, so a temporary freed during
     // this flatten cannot hand its address to a new object. Allocated on first use only.
-    std::unique_ptr<std::unordered_map<PyObject*, Py_ssize_t>> seen_;
+    std::unique_ptr<PointerMap> seen_;
     // kPaths only: depth of path_ at which each identity-preserving object was entered, so a
     // cycle error can name both the object's key path and where it reappears.
     std::unordered_map<PyObject*, size_t> entry_depth_;
