@@ -12,17 +12,17 @@ import contextlib
 import dataclasses
 import itertools
 import re
+import subprocess
 import sys
 from typing import Any, NamedTuple
 
+import fastree
+import fastree.tree_util as tu
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import pytest
-
-import fastree
-import fastree.tree_util as tu
 
 # ------------------------------------------------------------------------------------------------
 # parametrize helper
@@ -431,3 +431,13 @@ def recursion_headroom(depth: int):
         yield
     finally:
         sys.setrecursionlimit(old)
+
+
+def run_script_results(script: str) -> tuple[dict[str, str], subprocess.CompletedProcess]:
+    """Runs `script` in a fresh interpreter (so a crash fails a test instead of the run) and
+    parses its `name=result` output lines."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    results = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return results, proc

@@ -3,10 +3,10 @@
 import collections
 import dataclasses
 import re
-import subprocess
-import sys
 import textwrap
 
+import fastree
+import fastree.tree_util as tu
 import jax.tree_util as jtu
 import pytest
 from helpers import (
@@ -20,10 +20,8 @@ from helpers import (
     capture,
     parametrize,
     recursion_headroom,
+    run_script_results,
 )
-
-import fastree
-import fastree.tree_util as tu
 
 # ------------------------------------------------------------------------------------------------
 # unflatten arity
@@ -447,11 +445,7 @@ _DEEP_KEYS = [
 
 @pytest.fixture(scope="module")
 def deep_results():
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEEP_SCRIPT], capture_output=True, text=True, timeout=300
-    )
-    results = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    return results, proc
+    return run_script_results(_DEEP_SCRIPT)
 
 
 @pytest.mark.parametrize("key", _DEEP_KEYS)

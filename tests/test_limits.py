@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_script_results
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 # Set by scripts/run_sanitized_tests.sh: ASan's quarantine makes RSS grow without a leak.
@@ -164,11 +165,7 @@ TREEDEF_OPS = [
 
 @pytest.fixture(scope="module")
 def deep_results():
-    proc = subprocess.run(
-        [sys.executable, "-c", _DEEP_SCRIPT], capture_output=True, text=True, timeout=300
-    )
-    results = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    return results, proc
+    return run_script_results(_DEEP_SCRIPT)
 
 
 @pytest.mark.parametrize("op", OP_NAMES)

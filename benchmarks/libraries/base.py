@@ -60,3 +60,20 @@ class Library:
     ops: frozenset[str]
     api_for: Callable[[TreeCase], TreeApi]
     """TreeCase -> TreeApi; raises Unsupported when the library cannot express that tree at all."""
+
+
+CORE_TREE_OPS = frozenset(
+    {
+        "flatten",
+        "leaves",
+        "structure",
+        "unflatten",
+        "tree_map",
+        "tree_map3",
+        "flatten_with_path",
+        "map_with_path",
+        "flatten_up_to",
+        "copy",
+    }
+)
+"""The ops every tree library adapter can express; treedef-object ops are added per library."""

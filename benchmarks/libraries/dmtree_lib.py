@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.libraries.base import Library, TreeApi
+from benchmarks.libraries.base import CORE_TREE_OPS, Library, TreeApi
 from benchmarks.trees import CUSTOM_NODES, NNX, NONE_NODE, TreeCase
 from benchmarks.unsupported import Unsupported
 
@@ -38,20 +38,7 @@ def load() -> Library:
             raise Unsupported("; ".join(CANNOT_EXPRESS[feature] for feature in missing))
         return api
 
-    ops = frozenset(
-        {
-            "flatten",
-            "leaves",
-            "structure",
-            "unflatten",
-            "tree_map",
-            "tree_map3",
-            "flatten_with_path",
-            "map_with_path",
-            "flatten_up_to",
-            "copy",
-        }
-    )
+    ops = CORE_TREE_OPS
     return Library(name="dm-tree", version=version, ops=ops, api_for=api_for)
 
 

@@ -5,26 +5,14 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from benchmarks.libraries.base import TreeApi
+from benchmarks.libraries.base import CORE_TREE_OPS, TreeApi
 
-TREE_OPS_OF_JAX_LIKE = frozenset(
-    {
-        "flatten",
-        "leaves",
-        "structure",
-        "unflatten",
-        "tree_map",
-        "tree_map3",
-        "flatten_with_path",
-        "map_with_path",
-        "flatten_up_to",
-        "copy",
-        "treedef_hash",
-        "treedef_eq",
-        "all_leaves",
-        "treedef_memory",
-    }
-)
+TREE_OPS_OF_JAX_LIKE = CORE_TREE_OPS | {
+    "treedef_hash",
+    "treedef_eq",
+    "all_leaves",
+    "treedef_memory",
+}
 
 
 def tree_util_api(tu: ModuleType) -> TreeApi:

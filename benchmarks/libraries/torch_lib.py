@@ -10,7 +10,7 @@ import inspect
 from typing import Any
 
 from benchmarks import custom_nodes
-from benchmarks.libraries.base import Library, TreeApi
+from benchmarks.libraries.base import CORE_TREE_OPS, Library, TreeApi
 from benchmarks.trees import CUSTOM_NODES, NNX, TreeCase
 from benchmarks.unsupported import Unsupported
 
@@ -41,23 +41,7 @@ def load() -> Library:
             )
         return api
 
-    ops = frozenset(
-        {
-            "flatten",
-            "leaves",
-            "structure",
-            "unflatten",
-            "tree_map",
-            "tree_map3",
-            "flatten_with_path",
-            "map_with_path",
-            "flatten_up_to",
-            "copy",
-            "treedef_hash",
-            "treedef_eq",
-            "treedef_memory",
-        }
-    )
+    ops = CORE_TREE_OPS | {"treedef_hash", "treedef_eq", "treedef_memory"}
     return Library(name="torch", version=torch.__version__, ops=ops, api_for=api_for)
 
 
