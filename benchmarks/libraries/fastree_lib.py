@@ -39,13 +39,18 @@ def try_import_tree_util() -> ModuleType | None:
     return _import()[0]
 
 
-def load() -> Library:
+def _loaded() -> tuple[ModuleType, ModuleType, TreeApi]:
+    """(fastree.tree_util, fastree, its TreeApi), or Unsupported saying why fastree is missing."""
     tu, why = _import()
     if tu is None:
         raise Unsupported(why)
     import fastree
 
-    api = tree_util_api(tu)
+    return tu, fastree, tree_util_api(tu)
+
+
+def load() -> Library:
+    tu, fastree, api = _loaded()
     return Library(
         name="fastree",
         version=getattr(fastree, "__version__", "unknown"),
@@ -60,12 +65,7 @@ def load_plain() -> Library:
     Only there to put the cost of identity tracking in the ratio column: its time divided by
     fastree's on identity_copy is plain / identity-preserving (< 1 means tracking costs).
     """
-    tu, why = _import()
-    if tu is None:
-        raise Unsupported(why)
-    import fastree
-
-    api = tree_util_api(tu)
+    tu, fastree, api = _loaded()
     return Library(
         name="fastree-plain",
         version=getattr(fastree, "__version__", "unknown"),
@@ -82,10 +82,7 @@ def load_noaux() -> Library:
     call and back on after; toggling costs two C calls (~0.2 us, counted against the unchecked
     side) and, for the plain aux data of these trees, re-warms nothing.
     """
-    tu, why = _import()
-    if tu is None:
-        raise Unsupported(why)
-    import fastree
+    _, fastree, api = _loaded()
     from fastree import _aux, _core
 
     def unchecked(fn: Any) -> Any:
@@ -98,7 +95,6 @@ def load_noaux() -> Library:
 
         return call
 
-    api = tree_util_api(tu)
     api = replace(api, flatten=unchecked(api.flatten), structure=unchecked(api.structure))
 
     def api_for(case: TreeCase) -> TreeApi:
