@@ -22,10 +22,31 @@
 
 namespace fastree {
 
-// Counts are 32-bit: a treedef node costs 40 bytes instead of 64 (flattening writes one per leaf,
-// so this is memory bandwidth on large trees), and no tree that fits in memory has 2^31 nodes
-// (Flatten checks).
+// Counts are 32-bit and a node is 20 bytes: flattening writes one node per leaf, so on large trees
+// the node vector is most of the memory traffic (and of what the GC's traverse walks). No tree
+// that fits in memory has 2^31 nodes (Flatten checks).
 using Count = int32_t;
+
+// What a node needs beyond its shape, for the kinds that carry data (see Node::payload). Kept out
+// of Node so that leaves and plain containers, the vast majority of nodes, stay small.
+struct NodePayload {
+    // Owned reference. Exactly JAX's node_data for the kind:
+    //   kNamedTuple  the namedtuple class
+    //   kCustom      the aux_data returned by the flatten function
+    //   kDataclass   tuple of the meta-field values
+    //   kOrderedDict tuple of the keys in insertion order
+    //   kDefaultDict (default_factory, tuple of the sorted keys)
+    PyObject* data;
+    // kCustom, kDataclass, kOrderedDict, kDefaultDict: the registration (never freed); else null.
+    const Registration* custom;
+};
+
+// The kinds whose nodes own a NodePayload.
+inline bool HasPayload(NodeKind kind) {
+    return kind == NodeKind::kNamedTuple || kind == NodeKind::kCustom ||
+           kind == NodeKind::kDataclass || kind == NodeKind::kOrderedDict ||
+           kind == NodeKind::kDefaultDict;
+}
 
 struct Node {
     NodeKind kind = NodeKind::kLeaf;
@@ -38,33 +59,33 @@ struct Node {
     // Nodes in the subtree rooted here, this one included: skipping a subtree while walking the
     // post-order vector backwards is `i -= num_nodes`.
     Count num_nodes = 0;
-    // kDict: position of this node's first key in TreeDef::keys; its `arity` keys follow, sorted.
-    // Keys live in one flat vector per treedef instead of a Python list per dict: fewer objects
-    // for the GC to sweep and no allocation per dict node.
-    Count keys_begin = 0;
-    // kSharedRef: index of the node it repeats; -1 otherwise.
-    Count ref = -1;
-    // Owned reference, or null. What it holds depends on the kind (it is exactly JAX's node_data):
-    //   kNamedTuple  the namedtuple class
-    //   kCustom      the aux_data returned by the flatten function
-    //   kDataclass   tuple of the meta-field values
-    //   kOrderedDict tuple of the keys in insertion order
-    //   kDefaultDict (default_factory, tuple of the sorted keys)
-    //   otherwise    null
-    PyObject* node_data = nullptr;
-    // kCustom, kDataclass, kOrderedDict, kDefaultDict: the registration (never freed); else null.
-    const Registration* custom = nullptr;
+    // One index whose meaning depends on the kind (a node is at most one of these):
+    union {
+        // kDict: position of this node's first key in TreeDef::keys; its `arity` keys follow,
+        // sorted. Keys live in one flat vector per treedef instead of a Python list per dict:
+        // fewer objects for the GC to sweep and no allocation per dict node.
+        Count keys_begin = 0;
+        // kSharedRef: index of the node it repeats.
+        Count ref;
+        // HasPayload(kind): index of its entry in TreeDef::payloads.
+        Count payload;
+    };
 };
+static_assert(sizeof(Node) == 20, "Node is meant to stay small: one is written per leaf");
 
-// The structure proper; move-only, owns the references in its nodes and keys.
+// The structure proper; move-only, owns the references in its payloads and keys.
 struct TreeDef {
-    std::vector<Node> nodes;      // post-order, root last
-    std::vector<PyObject*> keys;  // owned: the sorted keys of every kDict node
-    bool has_refs = false;        // some node is a kSharedRef (set by whoever appends one)
+    std::vector<Node> nodes;            // post-order, root last
+    std::vector<PyObject*> keys;        // owned: the sorted keys of every kDict node
+    std::vector<NodePayload> payloads;  // data of the nodes that carry some, in node order
+    bool has_refs = false;              // some node is a kSharedRef (set by whoever appends one)
 
     TreeDef() = default;
     TreeDef(TreeDef&& other) noexcept
-        : nodes(std::move(other.nodes)), keys(std::move(other.keys)), has_refs(other.has_refs) {
+        : nodes(std::move(other.nodes)),
+          keys(std::move(other.keys)),
+          payloads(std::move(other.payloads)),
+          has_refs(other.has_refs) {
         other.has_refs = false;
     }
     TreeDef& operator=(TreeDef&& other) noexcept {
@@ -72,6 +93,7 @@ struct TreeDef {
             Release();
             nodes = std::move(other.nodes);
             keys = std::move(other.keys);
+            payloads = std::move(other.payloads);
             has_refs = other.has_refs;
             other.has_refs = false;
         }
@@ -87,10 +109,25 @@ struct TreeDef {
     Py_ssize_t num_leaves() const { return nodes.empty() ? 0 : nodes.back().num_leaves; }
     Py_ssize_t num_nodes() const { return static_cast<Py_ssize_t>(nodes.size()); }
 
-    // Appends copies (new references) of src.nodes[begin, end), rebasing dict keys and shared
-    // references. A reference to a node before `begin` is replaced by a copy of that node's
-    // subtree, so the result is self-contained (sharing inside the range is kept).
+    // Stores a payload (`data` is stolen) and returns its index for Node::payload.
+    Count AddPayload(PyObject* data, const Registration* custom) {
+        payloads.push_back(NodePayload{data, custom});
+        return static_cast<Count>(payloads.size() - 1);
+    }
+    // The node's data (borrowed) and registration; null for kinds without a payload.
+    PyObject* Data(const Node& node) const {
+        return HasPayload(node.kind) ? payloads[node.payload].data : nullptr;
+    }
+    const Registration* Custom(const Node& node) const {
+        return HasPayload(node.kind) ? payloads[node.payload].custom : nullptr;
+    }
+
+    // Appends copies (new references) of src.nodes[begin, end), rebasing dict keys, payloads
+    // and shared references. A reference to a node before `begin` is replaced by a copy of that
+    // node's subtree, so the result is self-contained (sharing inside the range is kept).
     void AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end);
+    // Appends a copy of one non-reference node, rebasing its keys and payload.
+    void AppendCopy(const TreeDef& src, const Node& node);
 
     // Recomputes num_leaves/num_nodes and shared_target for nodes [from, end) from arities and
     // refs (after splicing).

@@ -173,12 +173,14 @@ class Flattener {
                   Py_ssize_t keys_begin = 0) {
         Node node;
         node.kind = kind;
-        node.arity = arity;
-        node.num_leaves = static_cast<Py_ssize_t>(leaves_->size() - leaves_before);
-        node.num_nodes = static_cast<Py_ssize_t>(def_->nodes.size() - nodes_before) + 1;
-        node.node_data = node_data;
-        node.custom = custom;
-        node.keys_begin = keys_begin;
+        node.arity = static_cast<Count>(arity);
+        node.num_leaves = static_cast<Count>(leaves_->size() - leaves_before);
+        node.num_nodes = static_cast<Count>(def_->nodes.size() - nodes_before) + 1;
+        if (HasPayload(kind)) {
+            node.payload = def_->AddPayload(node_data, custom);
+        } else {
+            node.keys_begin = static_cast<Count>(keys_begin);
+        }
         def_->nodes.push_back(node);
     }
 

@@ -60,8 +60,8 @@ class PrefixWalker {
                 pending_refs_.push_back({i, obj});
                 continue;
             }
-            if (node.custom != nullptr && node.custom->preserve_identity &&
-                !RecordIdentity(i, obj)) {
+            const Registration* custom = def_.Custom(node);
+            if (custom != nullptr && custom->preserve_identity && !RecordIdentity(i, obj)) {
                 Py_DECREF(obj);
                 return false;
             }
@@ -218,9 +218,9 @@ class PrefixWalker {
                         "Named tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
                             " != " + std::to_string(node.arity) + "; tuple: " + Repr(obj) + ".");
         }
-        if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != node.node_data) {
+        if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != def_.Data(node)) {
             return Fail(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
-                                              Repr(node.node_data) + ", tuple: " + Repr(obj) + ".");
+                                              Repr(def_.Data(node)) + ", tuple: " + Repr(obj) + ".");
         }
         PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
         return true;
@@ -231,11 +231,11 @@ class PrefixWalker {
     bool StepCustom(const Node& node, PyObject* obj) {
         const bool dataclass = node.kind == NodeKind::kDataclass;
         const Registration* reg = registry::Classify(obj);
-        if (reg != node.custom) {
+        if (reg != def_.Custom(node)) {
             return Fail(PyExc_ValueError,
                         std::string(dataclass ? "Custom dataclass node type mismatch"
                                               : "Custom node type mismatch") +
-                            ": expected type: " + Repr(node.custom->type) +
+                            ": expected type: " + Repr(def_.Custom(node)->type) +
                             ", value: " + Repr(obj) + ".");
         }
         if (node.kind == NodeKind::kCustom && reg->flatten != nullptr) {
@@ -248,7 +248,7 @@ class PrefixWalker {
             return false;
         }
         const Node& got = one.nodes.back();
-        int ne = PyObject_RichCompareBool(node.node_data, got.node_data, Py_NE);
+        int ne = PyObject_RichCompareBool(def_.Data(node), one.Data(got), Py_NE);
         if (ne < 0) {
             DecrefAll(children);
             return false;
@@ -258,7 +258,7 @@ class PrefixWalker {
             return Fail(PyExc_ValueError,
                         std::string(dataclass ? "Mismatch custom dataclass node data: "
                                               : "Mismatch custom node data: ") +
-                            Repr(node.node_data) + " != " + Repr(got.node_data) +
+                            Repr(def_.Data(node)) + " != " + Repr(one.Data(got)) +
                             "; value: " + Repr(obj) + ".");
         }
         if (got.arity != node.arity) {
@@ -284,10 +284,10 @@ class PrefixWalker {
                         "(children, aux_data) tuple, got " + Repr(result.get()));
         }
         PyObject* aux = PyTuple_GET_ITEM(result.get(), 1);
-        int ne = PyObject_RichCompareBool(node.node_data, aux, Py_NE);
+        int ne = PyObject_RichCompareBool(def_.Data(node), aux, Py_NE);
         if (ne < 0) return false;
         if (ne) {
-            return Fail(PyExc_ValueError, "Mismatch custom node data: " + Repr(node.node_data) +
+            return Fail(PyExc_ValueError, "Mismatch custom node data: " + Repr(def_.Data(node)) +
                                               " != " + Repr(aux) + "; value: " + Repr(obj) + ".");
         }
         Ref children(PySequence_Tuple(PyTuple_GET_ITEM(result.get(), 0)));

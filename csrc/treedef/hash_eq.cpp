@@ -28,9 +28,9 @@ Py_hash_t Hash(PyTreeDefObject* self) {
         if (node.kind == NodeKind::kSharedRef) {
             h = Mix(h, static_cast<Py_uhash_t>(node.ref));  // the sharing pattern is structure
         } else if (node.kind == NodeKind::kNamedTuple) {
-            h = Mix(h, reinterpret_cast<Py_uhash_t>(node.node_data));
-        } else if (node.custom != nullptr) {
-            h = Mix(h, reinterpret_cast<Py_uhash_t>(node.custom->type));
+            h = Mix(h, reinterpret_cast<Py_uhash_t>(def.Data(node)));
+        } else if (const Registration* custom = def.Custom(node)) {
+            h = Mix(h, reinterpret_cast<Py_uhash_t>(custom->type));
         } else if (node.kind == NodeKind::kDict) {
             for (Py_ssize_t i = 0; i < node.arity; ++i) {
                 Py_hash_t kh = PyObject_Hash(def.keys[node.keys_begin + i]);
@@ -52,8 +52,8 @@ int Equal(const TreeDef& a, const TreeDef& b) {
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
-        if (x.kind != y.kind || x.arity != y.arity || x.custom != y.custom) return 0;
-        if (x.kind == NodeKind::kNamedTuple && x.node_data != y.node_data) return 0;
+        if (x.kind != y.kind || x.arity != y.arity || a.Custom(x) != b.Custom(y)) return 0;
+        if (x.kind == NodeKind::kNamedTuple && a.Data(x) != b.Data(y)) return 0;
         if (x.kind == NodeKind::kSharedRef && x.ref != y.ref) return 0;
     }
     for (size_t i = 0; i < a.nodes.size(); ++i) {
@@ -65,9 +65,9 @@ int Equal(const TreeDef& a, const TreeDef& b) {
                                                   b.keys[y.keys_begin + k], Py_EQ);
                 if (eq <= 0) return eq;
             }
-        } else if (x.custom != nullptr) {
+        } else if (a.Custom(x) != nullptr) {
             // JAX compares aux_data with `!=`; RichCompareBool short-cuts identical objects.
-            int ne = PyObject_RichCompareBool(x.node_data, y.node_data, Py_NE);
+            int ne = PyObject_RichCompareBool(a.Data(x), b.Data(y), Py_NE);
             if (ne != 0) return ne < 0 ? -1 : 0;
         }
     }

@@ -58,9 +58,10 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
                 }
             }
         } else if (root.kind == NodeKind::kNamedTuple) {
-            data = Ref(Py_NewRef(root.node_data));
+            data = Ref(Py_NewRef(def.Data(root)));
         } else {
-            data = Ref(Py_NewRef(root.node_data ? root.node_data : Py_None));
+            PyObject* root_data = def.Data(root);
+            data = Ref(Py_NewRef(root_data ? root_data : Py_None));
         }
         ok = static_cast<bool>(data);
     }

@@ -19,7 +19,8 @@ PyObject* State(const TreeDef& def) {
         const Node& node = def.nodes[i];
         PyObject* entry;
         if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
-            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, static_cast<Py_ssize_t>(node.ref));
+            const Py_ssize_t ref = node.kind == NodeKind::kSharedRef ? node.ref : -1;
+            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, ref);
         } else {
             Ref nd(def.NodeData(node));
             if (!nd) return nullptr;

@@ -73,7 +73,7 @@ PyObject* Repr(const TreeDef& def) {
             }
             case NodeKind::kNamedTuple:
                 s = "CustomNode(namedtuple[";
-                if (!TypeName(node.node_data, &s)) return nullptr;
+                if (!TypeName(def.Data(node), &s)) return nullptr;
                 s += "], [";
                 Join(&s, stack, n);
                 s += "])";
@@ -83,9 +83,9 @@ PyObject* Repr(const TreeDef& def) {
             case NodeKind::kCustom:
             case NodeKind::kDataclass:
                 s = "CustomNode(";
-                if (!TypeName(node.custom->type, &s)) return nullptr;
+                if (!TypeName(def.Custom(node)->type, &s)) return nullptr;
                 s += "[";
-                if (!StrInto(node.node_data, &s)) return nullptr;
+                if (!StrInto(def.Data(node), &s)) return nullptr;
                 s += "], [";
                 Join(&s, stack, n);
                 s += "])";

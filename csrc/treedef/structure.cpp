@@ -17,7 +17,7 @@ Py_ssize_t SubtreeBegin(const TreeDef& def, Py_ssize_t root) {
 // What walk() passes to f_node as the node's data: node_data()'s second half, except that a
 // namedtuple passes its class (as JAX does).
 PyObject* DataPart(const TreeDef& def, const Node& node) {
-    if (node.kind == NodeKind::kNamedTuple) return Py_NewRef(node.node_data);
+    if (node.kind == NodeKind::kNamedTuple) return Py_NewRef(def.Data(node));
     Ref nd(def.NodeData(node));
     if (!nd) return nullptr;
     return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
@@ -30,16 +30,16 @@ PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k) {
         case NodeKind::kDict:
             return keys::Dict(def.keys[node.keys_begin + k]);
         case NodeKind::kOrderedDict:
-            return keys::Dict(PyTuple_GET_ITEM(node.node_data, k));
+            return keys::Dict(PyTuple_GET_ITEM(def.Data(node), k));
         case NodeKind::kDefaultDict:
-            return keys::Dict(PyTuple_GET_ITEM(PyTuple_GET_ITEM(node.node_data, 1), k));
+            return keys::Dict(PyTuple_GET_ITEM(PyTuple_GET_ITEM(def.Data(node), 1), k));
         case NodeKind::kNamedTuple: {
-            Ref fields(PyObject_GetAttrString(node.node_data, "_fields"));
+            Ref fields(PyObject_GetAttrString(def.Data(node), "_fields"));
             Ref name(fields ? PySequence_GetItem(fields.get(), k) : nullptr);
             return name ? keys::GetAttr(name.get()) : nullptr;
         }
         case NodeKind::kDataclass:
-            return keys::GetAttr(PyTuple_GET_ITEM(node.custom->data_fields, k));
+            return keys::GetAttr(PyTuple_GET_ITEM(def.Custom(node)->data_fields, k));
         case NodeKind::kTuple:
         case NodeKind::kList:
             return keys::Sequence(k);
@@ -83,6 +83,9 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
     Node node;
     node.kind = reg->kind;
     node.arity = arity;
+    // What the payload will hold (borrowed until it is stored), for the kinds that have one.
+    PyObject* payload_data = data;
+    const Registration* payload_custom = reg;
     switch (reg->kind) {
         case NodeKind::kLeaf:
         case NodeKind::kSharedRef:
@@ -98,7 +101,8 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
         case NodeKind::kList:
             break;
         case NodeKind::kNamedTuple:
-            node.node_data = Py_NewRef(type);
+            payload_data = type;
+            payload_custom = nullptr;
             break;
         case NodeKind::kDict: {
             Ref keys(PySequence_Tuple(data));
@@ -120,8 +124,6 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
                                 "OrderedDict node data must be a tuple with one key per child.");
                 return false;
             }
-            node.node_data = Py_NewRef(data);
-            node.custom = reg;
             break;
         case NodeKind::kDefaultDict:
             if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
@@ -132,8 +134,6 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
                                 "key per child.");
                 return false;
             }
-            node.node_data = Py_NewRef(data);
-            node.custom = reg;
             break;
         case NodeKind::kDataclass:
             if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != PyTuple_GET_SIZE(reg->meta_fields) ||
@@ -143,19 +143,14 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
                              PyTuple_GET_SIZE(reg->meta_fields), PyTuple_GET_SIZE(reg->data_fields));
                 return false;
             }
-            node.node_data = Py_NewRef(data);
-            node.custom = reg;
             break;
         case NodeKind::kCustom:
-            node.node_data = Py_NewRef(data);
-            node.custom = reg;
             break;
     }
     // Counts follow from the children already appended (the last `arity` subtrees).
     Py_ssize_t child = def->num_nodes() - 1;
     for (Py_ssize_t k = 0; k < arity; ++k) {
         if (child < 0) {
-            Py_XDECREF(node.node_data);
             PyErr_SetString(PyExc_ValueError, "Not enough child subtrees for node arity.");
             return false;
         }
@@ -164,6 +159,7 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
         child -= def->nodes[child].num_nodes;
     }
     node.num_nodes += 1;
+    if (HasPayload(node.kind)) node.payload = def->AddPayload(Py_NewRef(payload_data), payload_custom);
     def->nodes.push_back(node);
     return true;
 }

@@ -11,10 +11,12 @@ void TreeDef::Release() {
     // Move out before DECREF: a finalizer run by DECREF may look at this treedef again.
     std::vector<Node> old_nodes = std::move(nodes);
     std::vector<PyObject*> old_keys = std::move(keys);
+    std::vector<NodePayload> old_payloads = std::move(payloads);
     nodes.clear();
     keys.clear();
+    payloads.clear();
     has_refs = false;
-    for (Node& node : old_nodes) Py_XDECREF(node.node_data);
+    for (NodePayload& payload : old_payloads) Py_XDECREF(payload.data);
     for (PyObject* key : old_keys) Py_XDECREF(key);
 }
 
@@ -40,38 +42,33 @@ void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* ds
             dst->has_refs = true;
             continue;
         }
-        Node copy = node;
-        Py_XINCREF(copy.node_data);
-        if (copy.kind == NodeKind::kDict) {
-            copy.keys_begin = static_cast<Py_ssize_t>(dst->keys.size());
-            for (Py_ssize_t k = 0; k < node.arity; ++k) {
-                dst->keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
-            }
-        }
         (*remap)[i] = dst->num_nodes();
-        dst->nodes.push_back(copy);
+        dst->AppendCopy(src, node);
     }
 }
 
 }  // namespace
+
+void TreeDef::AppendCopy(const TreeDef& src, const Node& node) {
+    Node copy = node;
+    if (node.kind == NodeKind::kDict) {
+        copy.keys_begin = static_cast<Count>(keys.size());
+        for (Py_ssize_t k = 0; k < node.arity; ++k) {
+            keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
+        }
+    } else if (HasPayload(node.kind)) {
+        const NodePayload& payload = src.payloads[node.payload];
+        copy.payload = AddPayload(Py_XNewRef(payload.data), payload.custom);
+    }
+    nodes.push_back(copy);
+}
 
 void TreeDef::AppendRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end) {
     const Py_ssize_t from = num_nodes();
     if (!src.HasSharedRefs()) {  // the common case: a flat copy
         // No reserve here: callers append many small ranges, and an exact reserve per call
         // would defeat the vector's geometric growth (quadratic compose/treedef_tuple).
-        for (Py_ssize_t i = begin; i < end; ++i) {
-            Node node = src.nodes[i];
-            Py_XINCREF(node.node_data);
-            if (node.kind == NodeKind::kDict) {
-                Py_ssize_t new_begin = static_cast<Py_ssize_t>(keys.size());
-                for (Py_ssize_t k = 0; k < node.arity; ++k) {
-                    keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
-                }
-                node.keys_begin = new_begin;
-            }
-            nodes.push_back(node);
-        }
+        for (Py_ssize_t i = begin; i < end; ++i) AppendCopy(src, src.nodes[i]);
         return;
     }
     std::unordered_map<Py_ssize_t, Py_ssize_t> remap;
@@ -125,12 +122,12 @@ PyObject* TreeDef::NodeType(const Node& node) const {
         case NodeKind::kDict:
             return Py_NewRef(reinterpret_cast<PyObject*>(&PyDict_Type));
         case NodeKind::kNamedTuple:
-            return Py_NewRef(node.node_data);
+            return Py_NewRef(Data(node));
         case NodeKind::kOrderedDict:
         case NodeKind::kDefaultDict:
         case NodeKind::kCustom:
         case NodeKind::kDataclass:
-            return Py_NewRef(node.custom->type);
+            return Py_NewRef(Custom(node)->type);
     }
     return Py_NewRef(Py_None);
 }
@@ -158,7 +155,7 @@ PyObject* TreeDef::NodeData(const Node& node) const {
             data = Ref(Py_NewRef(Py_None));
             break;
         default:
-            data = Ref(Py_NewRef(node.node_data));
+            data = Ref(Py_NewRef(Data(node)));
     }
     return PyTuple_Pack(2, type.get(), data.get());
 }

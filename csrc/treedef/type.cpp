@@ -27,7 +27,7 @@ bool CheckTreeDef(PyObject* obj, const char* what) {
 int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(Py_TYPE(self));
     const TreeDef& def = Self(self)->def;
-    for (const Node& node : def.nodes) Py_VISIT(node.node_data);
+    for (const NodePayload& payload : def.payloads) Py_VISIT(payload.data);
     for (PyObject* key : def.keys) Py_VISIT(key);
     return 0;
 }

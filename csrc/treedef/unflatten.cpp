@@ -47,15 +47,15 @@ PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** child
     return mapping;
 }
 
-PyObject* BuildDataclass(const Node& node, PyObject** children) {
-    const Registration* reg = node.custom;
+PyObject* BuildDataclass(const Node& node, const NodePayload& payload, PyObject** children) {
+    const Registration* reg = payload.custom;
     const Py_ssize_t n = node.arity;
     PyObject* kwargs = PyDict_New();
     bool ok = kwargs != nullptr;
     const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
     for (Py_ssize_t i = 0; ok && i < m; ++i) {
         ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->meta_fields, i),
-                            PyTuple_GET_ITEM(node.node_data, i)) == 0;
+                            PyTuple_GET_ITEM(payload.data, i)) == 0;
     }
     for (Py_ssize_t i = 0; ok && i < n; ++i) {
         ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->data_fields, i), children[i]) == 0;
@@ -76,6 +76,8 @@ PyObject* BuildDataclass(const Node& node, PyObject** children) {
 
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
     const Py_ssize_t n = node.arity;
+    // Only valid for the kinds with a payload (the cases below that use it).
+    auto payload = [&]() -> const NodePayload& { return def.payloads[node.payload]; };
     switch (node.kind) {
         case NodeKind::kLeaf:
         case NodeKind::kSharedRef:
@@ -114,23 +116,24 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
         case NodeKind::kNamedTuple: {
             PyObject* args = StealTuple(children, n);
             if (args == nullptr) return nullptr;
-            PyObject* out = PyObject_Call(node.node_data, args, nullptr);
+            PyObject* out = PyObject_Call(payload().data, args, nullptr);
             Py_DECREF(args);
             return out;
         }
         case NodeKind::kOrderedDict:
-            return BuildMapping(PyObject_CallNoArgs(node.custom->type), node.node_data, children, n);
+            return BuildMapping(PyObject_CallNoArgs(payload().custom->type), payload().data,
+                                children, n);
         case NodeKind::kDefaultDict:
-            return BuildMapping(PyObject_CallOneArg(node.custom->type,
-                                                    PyTuple_GET_ITEM(node.node_data, 0)),
-                                PyTuple_GET_ITEM(node.node_data, 1), children, n);
+            return BuildMapping(PyObject_CallOneArg(payload().custom->type,
+                                                    PyTuple_GET_ITEM(payload().data, 0)),
+                                PyTuple_GET_ITEM(payload().data, 1), children, n);
         case NodeKind::kDataclass:
-            return BuildDataclass(node, children);
+            return BuildDataclass(node, payload(), children);
         case NodeKind::kCustom: {
             PyObject* tuple = StealTuple(children, n);
             if (tuple == nullptr) return nullptr;
-            PyObject* args[2] = {node.node_data, tuple};
-            PyObject* out = PyObject_Vectorcall(node.custom->unflatten, args, 2, nullptr);
+            PyObject* args[2] = {payload().data, tuple};
+            PyObject* out = PyObject_Vectorcall(payload().custom->unflatten, args, 2, nullptr);
             Py_DECREF(tuple);
             return out;
         }
