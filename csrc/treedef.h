@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "registry.h"
+#include "scratch.h"
 
 namespace fastree {
 
@@ -144,6 +145,23 @@ struct TreeDef {
     PyObject* NodeType(const Node& node) const;
 };
 
+// A treedef used only within one call (tree_map's): its nodes are built in a pooled buffer, which
+// goes back to the pool afterwards, instead of a fresh exactly sized vector per call.
+struct ScratchTreeDef {
+    ScratchTreeDef() { def.nodes.swap(buffer.get()); }
+    ~ScratchTreeDef() {
+        // Runs before the members' destructors: the buffer returns to the pool empty, then
+        // `def` releases its keys and payloads.
+        def.nodes.clear();
+        def.nodes.swap(buffer.get());
+    }
+    ScratchTreeDef(const ScratchTreeDef&) = delete;
+    ScratchTreeDef& operator=(const ScratchTreeDef&) = delete;
+
+    Scratch<Node> buffer;
+    TreeDef def;
+};
+
 // ---- The Python object.
 struct PyTreeDefObject {
     PyObject_HEAD
@@ -166,7 +184,12 @@ PyTypeObject* CreateTreeDefType();
 
 // flatten.cpp. Any of def / paths may be null to skip building them. `leaves` and `paths`
 // receive owned references; on failure they may hold partial output the caller must release.
+// A treedef that outlives the call gets an exactly sized node vector; a ScratchTreeDef (one
+// dropped before the caller returns) is filled in its pooled buffer as it is.
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
+             std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths);
+struct ScratchTreeDef;
+bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, ScratchTreeDef* def,
              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths);
 
 // Flattens only the root: each child becomes a leaf of `def` (and, with paths, of `paths`).

@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import re
+import sys
 import textwrap
 
 import fastree
@@ -65,6 +66,62 @@ def test_unflatten_non_iterable_leaves_type():
     # the message of this one is the binding library's; only the type is part of the contract
     with pytest.raises(TypeError):
         tu.tree_unflatten(tu.tree_structure([1]), 5)
+
+
+class _MutatesLeaves:
+    """A node whose unflatten function edits the caller's leaves list while it is being read."""
+
+    leaves: list = []
+    edit = staticmethod(lambda leaves: None)
+
+    def __init__(self, child):
+        self.child = child
+
+
+tu.register_pytree_node(
+    _MutatesLeaves,
+    lambda node: ((node.child,), None),
+    lambda _, children: (_MutatesLeaves.edit(_MutatesLeaves.leaves), _MutatesLeaves(*children))[1],
+)
+
+
+@pytest.mark.parametrize(
+    "edit", [list.clear, lambda leaves: leaves.pop(), lambda leaves: leaves.__delitem__(slice(1, None))]
+)
+def test_unflatten_leaves_list_shrunk_by_callback(edit):
+    # The list is read in place (no snapshot): a callback shrinking it must give a clear error,
+    # never a read past its end.
+    td = tu.tree_structure([_MutatesLeaves(0), 1, 2])
+    leaves = [object(), object(), object()]
+    _MutatesLeaves.leaves, _MutatesLeaves.edit = leaves, edit
+    try:
+        with pytest.raises(RuntimeError, match="leaves list changed size during tree_unflatten"):
+            tu.tree_unflatten(td, leaves)
+    finally:
+        _MutatesLeaves.leaves, _MutatesLeaves.edit = [], lambda leaves: None
+
+
+def test_unflatten_leaves_list_replaced_by_callback():
+    # Items replaced behind the reader are taken as they are when their position is reached,
+    # and the replaced objects are neither leaked nor freed early.
+    td = tu.tree_structure([_MutatesLeaves(0), 1, 2])
+    first, old, new = object(), object(), object()
+    leaves = [first, old, old]
+    base_old, base_new = sys.getrefcount(old), sys.getrefcount(new)
+
+    def edit(lst):
+        lst[1:] = [new, new]
+
+    _MutatesLeaves.leaves, _MutatesLeaves.edit = leaves, edit
+    try:
+        out = tu.tree_unflatten(td, leaves)
+    finally:
+        _MutatesLeaves.leaves, _MutatesLeaves.edit = [], lambda leaves: None
+    assert out[0].child is first
+    assert out[1] is new and out[2] is new
+    assert leaves == [first, new, new]
+    assert sys.getrefcount(old) == base_old - 2
+    assert sys.getrefcount(new) == base_new + 4  # two in the list, two in the result
 
 
 # ------------------------------------------------------------------------------------------------

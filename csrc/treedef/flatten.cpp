@@ -19,6 +19,14 @@
 namespace fastree {
 namespace {
 
+// Every leaf's node is this one; copied from a constant rather than assembled per leaf.
+constexpr Node kLeafNode = [] {
+    Node node;
+    node.num_leaves = 1;
+    node.num_nodes = 1;
+    return node;
+}();
+
 constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
 
 // keystr(path): JAX's key entries print as their path segment.
@@ -156,13 +164,7 @@ class Flattener {
             paths_->push_back(pair);
         }
         leaves_->push_back(Py_NewRef(obj));
-        if constexpr (kDef) {
-            Node node;
-            node.kind = NodeKind::kLeaf;
-            node.num_leaves = 1;
-            node.num_nodes = 1;
-            def_->nodes.push_back(node);
-        }
+        if constexpr (kDef) def_->nodes.push_back(kLeafNode);
         return true;
     }
 
@@ -171,17 +173,18 @@ class Flattener {
     void PushNode(NodeKind kind, Py_ssize_t arity, size_t leaves_before, size_t nodes_before,
                   PyObject* node_data = nullptr, const Registration* custom = nullptr,
                   Py_ssize_t keys_begin = 0) {
-        Node node;
+        // Filled in place: a Node assembled on the stack from narrow stores and then copied with
+        // wide loads stalls on store forwarding, once per node.
+        Node& node = def_->nodes.emplace_back();
         node.kind = kind;
         node.arity = static_cast<Count>(arity);
         node.num_leaves = static_cast<Count>(leaves_->size() - leaves_before);
-        node.num_nodes = static_cast<Count>(def_->nodes.size() - nodes_before) + 1;
+        node.num_nodes = static_cast<Count>(def_->nodes.size() - nodes_before);  // incl. this one
         if (HasPayload(kind)) {
             node.payload = def_->AddPayload(node_data, custom);
         } else {
             node.keys_begin = static_cast<Count>(keys_begin);
         }
-        def_->nodes.push_back(node);
     }
 
     // Visits one child; `key` is a new reference to its path entry (only in kPaths mode).
@@ -636,20 +639,17 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
     return f.Run(node);
 }
 
-bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
-             std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
-    // Leaves and nodes are collected in warm, pooled buffers; the treedef then gets an exactly
-    // sized copy of the nodes (no slack kept alive, no growth copies, no per-call page faults).
-    Scratch<Node> node_buf;
-    if (def != nullptr) def->nodes.swap(node_buf.get());
+namespace {
+
+// Flattens into `def` as it is (null: no treedef), then redoes a failed walk that hit a cycle with
+// key paths, so that the error can say where the cycle closes.
+bool FlattenInto(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
+                 std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
     bool ok;
     bool cycle = false;  // a cycle error that a walk with key paths can describe better
     if (def != nullptr) {
         ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
                    : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle);
-        std::vector<Node> exact(def->nodes.begin(), def->nodes.end());
-        def->nodes.swap(exact);
-        node_buf.get().swap(exact);  // the scratch storage goes back to the pool, emptied
         if (ok && (def->nodes.size() > INT32_MAX || def->keys.size() > INT32_MAX)) {
             PyErr_SetString(PyExc_OverflowError, "pytree has more than 2**31 - 1 nodes");
             ok = false;
@@ -659,7 +659,6 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
                    : Run<false, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle);
     }
     if (!ok && cycle) {
-        // Walk again with key paths so the error can say where the cycle closes.
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         std::vector<PyObject*> scratch_leaves, scratch_paths;
@@ -676,6 +675,27 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
         }
     }
     return ok;
+}
+
+}  // namespace
+
+bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
+             std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
+    if (def == nullptr) return FlattenInto(tree, is_leaf, is_leaf_takes_path, nullptr, leaves, paths);
+    // Nodes are collected in a warm, pooled buffer; the treedef then gets an exactly sized copy
+    // (no slack kept alive, no growth copies, no per-call page faults).
+    Scratch<Node> node_buf;
+    def->nodes.swap(node_buf.get());
+    bool ok = FlattenInto(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
+    std::vector<Node> exact(def->nodes.begin(), def->nodes.end());
+    def->nodes.swap(exact);
+    node_buf.get().swap(exact);  // the pooled buffer goes back to the pool
+    return ok;
+}
+
+bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, ScratchTreeDef* def,
+             std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths) {
+    return FlattenInto(tree, is_leaf, is_leaf_takes_path, &def->def, leaves, paths);
 }
 
 }  // namespace fastree

@@ -50,7 +50,8 @@ int TraverseHooks(visitproc visit, void* arg) {
 
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
               PyObject* is_leaf, bool with_path, bool is_leaf_takes_path) {
-    TreeDef def;
+    ScratchTreeDef scratch_def;  // never leaves this call
+    const TreeDef& def = scratch_def.def;
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
     std::vector<PyObject*> no_paths;
@@ -69,7 +70,8 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
         DecrefAll(results);
     };
 
-    if (!Flatten(tree, is_leaf, is_leaf_takes_path, &def, &leaves, with_path ? &paths : nullptr)) {
+    if (!Flatten(tree, is_leaf, is_leaf_takes_path, &scratch_def, &leaves,
+                 with_path ? &paths : nullptr)) {
         cleanup();
         return nullptr;
     }

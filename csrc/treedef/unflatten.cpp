@@ -165,10 +165,23 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
     if (PyTuple_CheckExact(leaves)) {
         return Unflatten(def, &PyTuple_GET_ITEM(leaves, 0), PyTuple_GET_SIZE(leaves));
     }
-    // A list is snapshotted into a tuple: a custom unflatten function could mutate the caller's
-    // list while we hold a pointer into its item array.
-    PyObject* seq = PyList_CheckExact(leaves) ? PyList_AsTuple(leaves)
-        : PySequence_Tuple(leaves);
+    if (PyList_CheckExact(leaves)) {
+        if (!CheckLeafCount(def, PyList_GET_SIZE(leaves))) return nullptr;
+        // Read in place rather than snapshotted (a copy and an extra INCREF/DECREF of every
+        // leaf). A custom unflatten function may mutate the list meanwhile, so each item is
+        // re-read, bounds-checked, at the moment its position is reached; the list itself is
+        // held so that it outlives any such callback.
+        Ref held(Py_NewRef(leaves));
+        return UnflattenWith(def, [leaves](Py_ssize_t i) -> PyObject* {
+            if (i >= PyList_GET_SIZE(leaves)) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "the leaves list changed size during tree_unflatten");
+                return nullptr;
+            }
+            return Py_NewRef(PyList_GET_ITEM(leaves, i));
+        });
+    }
+    PyObject* seq = PySequence_Tuple(leaves);
     if (seq == nullptr) return nullptr;
     PyObject* out = Unflatten(def, &PyTuple_GET_ITEM(seq, 0), PyTuple_GET_SIZE(seq));
     Py_DECREF(seq);
