@@ -139,10 +139,23 @@ def test_leaf_treedef_unflatten_returns_object():
         {"b": 1, "a": 2, "B": 3, "": 4},
         {(2, "a"): 1, (1, "b"): 2},
         {frozenset(): 1},
+        # str keys sort by code point: prefixes, shared prefixes, ASCII against non-ASCII (the
+        # ASCII fast comparison must agree with Python's ordering everywhere)
+        {"ab": 1, "a": 2, "abc": 3, "b": 4, "aB": 5, "é": 6, "e": 7, "\u4e00": 8, "\U0001f600": 9},
+        {"fc2": 1, "fc1": 2, "fc10": 3, "f": 4, "fc": 5, "\x00": 6, "\x7f": 7, "\x80": 8},
         collections.OrderedDict([(3, 0), (1, 1), (2, 2)]),
         collections.defaultdict(list, {"z": 1, "a": 2}),
     ],
-    ids=["numeric", "strings", "tuples", "single_frozenset", "ordered", "defaultdict"],
+    ids=[
+        "numeric",
+        "strings",
+        "tuples",
+        "single_frozenset",
+        "str_code_points",
+        "str_prefixes",
+        "ordered",
+        "defaultdict",
+    ],
 )
 def test_dict_key_order(tree):
     assert_leaves_identical(tu.tree_leaves(tree), jtu.tree_leaves(tree))

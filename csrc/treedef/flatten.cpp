@@ -92,13 +92,21 @@ class Flattener {
     // A cycle through identity-preserving nodes was found without key paths to name it.
     bool cycle_wants_path() const { return cycle_wants_path_; }
 
-    bool Visit(PyObject* obj) {
+    [[gnu::always_inline]] bool Visit(PyObject* obj) {
         if (is_leaf_ != nullptr) {
             int leaf = CallIsLeaf(obj);
             if (leaf < 0) return false;
             if (leaf) return AddLeaf(obj);
         }
         const Registration* reg = registry::Classify(obj);
+        // Leaves (most of any tree) are handled here, inline in the parent's loop; everything
+        // else goes through VisitNode, whose large frame only containers pay for.
+        if (reg->kind == NodeKind::kLeaf) return AddLeaf(obj);
+        return VisitNode(obj, reg);
+    }
+
+ private:
+    [[gnu::noinline]] bool VisitNode(PyObject* obj, const Registration* reg) {
         if (reg->preserve_identity) return VisitShared(obj, reg);
         switch (reg->kind) {
             case NodeKind::kLeaf:
@@ -129,10 +137,9 @@ class Flattener {
         return false;
     }
 
- private:
     // ---- leaves and nodes
 
-    int CallIsLeaf(PyObject* obj) {
+    [[gnu::noinline]] int CallIsLeaf(PyObject* obj) {
         PyObject* r;
         if (is_leaf_takes_path_) {
             PyObject* path = PathTuple();

@@ -99,6 +99,11 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
             return nullptr;
         }
         results.push_back(r);
+        // Done with this leaf: release it now, while f has just touched it, rather than in a
+        // cache-cold pass over every leaf at the end.
+        Py_CLEAR(leaves[i]);
+        for (Py_ssize_t j = 0; j < num_rest; ++j) Py_CLEAR(columns[j][i]);
+        if (with_path) Py_CLEAR(paths[i]);
     }
     // The results' references move into the tree being built.
     out = UnflattenWith(def, [&](Py_ssize_t i) -> PyObject* {
