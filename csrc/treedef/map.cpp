@@ -91,6 +91,8 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     results.reserve(n);
     for (size_t i = 0; i < n; ++i) {
         if (with_path) args[0] = PyTuple_GET_ITEM(paths[i], 0);
+        const size_t ahead = i + static_cast<size_t>(kPrefetchDistance);
+        if (ahead < n) PrefetchForWrite(leaves[ahead]);
         args[offset] = leaves[i];
         for (Py_ssize_t j = 0; j < num_rest; ++j) args[offset + 1 + j] = columns[j][i];
         PyObject* r = PyObject_Vectorcall(f, args.data(), args.size(), nullptr);

@@ -158,7 +158,10 @@ bool CheckLeafCount(const TreeDef& def, Py_ssize_t n) {
 
 PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
     if (!CheckLeafCount(def, n)) return nullptr;
-    return UnflattenWith(def, [leaves](Py_ssize_t i) { return Py_NewRef(leaves[i]); });
+    return UnflattenWith(def, [leaves, n](Py_ssize_t i) {
+        if (i + kPrefetchDistance < n) PrefetchForWrite(leaves[i + kPrefetchDistance]);
+        return Py_NewRef(leaves[i]);
+    });
 }
 
 PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
@@ -173,6 +176,9 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
         // held so that it outlives any such callback.
         Ref held(Py_NewRef(leaves));
         return UnflattenWith(def, [leaves](Py_ssize_t i) -> PyObject* {
+            if (i + kPrefetchDistance < PyList_GET_SIZE(leaves)) {
+                PrefetchForWrite(PyList_GET_ITEM(leaves, i + kPrefetchDistance));
+            }
             if (i >= PyList_GET_SIZE(leaves)) {
                 PyErr_SetString(PyExc_RuntimeError,
                                 "the leaves list changed size during tree_unflatten");
