@@ -39,8 +39,6 @@ class Ref {
     PyObject* p_ = nullptr;
 };
 
-// Py_EnterRecursiveCall/Py_LeaveRecursiveCall as a scope guard, so that deep or cyclic input
-// raises RecursionError (honouring sys.setrecursionlimit) instead of overflowing the C stack.
 // Leaves are scattered through the heap, and taking a reference writes to each one: on large
 // trees that cache miss per leaf is most of unflatten's own time. Loops that know the leaves in
 // advance ask for the one kPrefetchDistance positions ahead, so its miss overlaps the work in
@@ -48,11 +46,40 @@ class Ref {
 constexpr Py_ssize_t kPrefetchDistance = 8;
 inline void PrefetchForWrite(const void* p) { __builtin_prefetch(p, 1, 3); }
 
+#if PY_VERSION_HEX >= 0x030C0000
+// Nesting depth of the RecursionGuards active on this thread (see below).
+inline thread_local int g_guard_depth = 0;
+#endif
+
+// Py_EnterRecursiveCall/Py_LeaveRecursiveCall as a scope guard, so that deep or cyclic input
+// raises RecursionError instead of overflowing the C stack.
+//
+// Up to 3.11 that check is sys.setrecursionlimit's. From 3.12 Py_EnterRecursiveCall counts
+// against a fixed C-stack budget instead and ignores the recursion limit, so on those versions
+// the guard also counts its own nesting against sys.getrecursionlimit(): a lowered limit is
+// honoured as it is by JAX on 3.11; a raised one still cannot lift CPython's C budget (1,500
+// levels in 3.12.1, 10,000 in 3.13.0), which is what keeps the stack safe.
 class RecursionGuard {
  public:
-    explicit RecursionGuard(const char* where) : ok_(Py_EnterRecursiveCall(where) == 0) {}
+    explicit RecursionGuard(const char* where) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (g_guard_depth >= Py_GetRecursionLimit()) {
+            PyErr_Format(PyExc_RecursionError, "maximum recursion depth exceeded%s", where);
+            ok_ = false;
+            return;
+        }
+        ok_ = Py_EnterRecursiveCall(where) == 0;
+        if (ok_) ++g_guard_depth;
+#else
+        ok_ = Py_EnterRecursiveCall(where) == 0;
+#endif
+    }
     ~RecursionGuard() {
-        if (ok_) Py_LeaveRecursiveCall();
+        if (!ok_) return;
+        Py_LeaveRecursiveCall();
+#if PY_VERSION_HEX >= 0x030C0000
+        --g_guard_depth;
+#endif
     }
     RecursionGuard(const RecursionGuard&) = delete;
     RecursionGuard& operator=(const RecursionGuard&) = delete;

@@ -517,6 +517,12 @@ def test_deep_and_cyclic_interpreter_survives(deep_results):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+# A depth beyond the default recursion limit (1000) that only a raised limit lets through. From
+# 3.12 CPython also applies a fixed C recursion budget that no limit raises (1,500 levels in
+# 3.12.1), so the depth there stays under that budget.
+RAISED_DEPTH = 3000 if sys.version_info < (3, 12) else 1200
+
+
 def _nest(n, leaf=1):
     x = leaf
     for _ in range(n):
@@ -540,21 +546,30 @@ def test_honours_lowered_recursion_limit():
 
 def test_honours_raised_recursion_limit():
     with recursion_headroom(8000):
-        tree = _nest(3000)
+        tree = _nest(RAISED_DEPTH)
         leaves, td = tu.tree_flatten(tree)
         assert leaves == [1]
         assert td.to_jax() == jtu.tree_structure(tree)
-        assert td == tu.tree_structure(_nest(3000))
-        assert hash(td) == hash(tu.tree_structure(_nest(3000)))
+        assert td == tu.tree_structure(_nest(RAISED_DEPTH))
+        assert hash(td) == hash(tu.tree_structure(_nest(RAISED_DEPTH)))
         assert repr(td) == repr(jtu.tree_structure(tree))
-        assert td.unflatten([2]) == _nest(3000, leaf=2)
+        assert td.unflatten([2]) == _nest(RAISED_DEPTH, leaf=2)
         paths = tu.tree_leaves_with_path(tree)
-        assert len(paths[0][0]) == 3000
+        assert len(paths[0][0]) == RAISED_DEPTH
+
+
+def test_recursion_error_under_default_limit():
+    # The same depth without the raised limit fails cleanly (on 3.12+ through fastree's own
+    # count against sys.getrecursionlimit(), which CPython no longer applies there).
+    with recursion_headroom(500):
+        for op in (tu.tree_leaves, tu.tree_structure, tu.tree_flatten_with_path):
+            with pytest.raises(RecursionError, match="maximum recursion depth exceeded"):
+                op(_nest(RAISED_DEPTH))
 
 
 def test_deep_treedef_under_lower_limit_does_not_crash():
     with recursion_headroom(8000):
-        td = tu.tree_structure(_nest(3000))
+        td = tu.tree_structure(_nest(RAISED_DEPTH))
     with recursion_headroom(500):
         # either works or raises RecursionError; anything else (or a crash) is a bug
         for op in (lambda: td.unflatten([1]), lambda: repr(td), lambda: td == tu.tree_structure(1)):

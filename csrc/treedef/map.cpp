@@ -85,9 +85,13 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
             return nullptr;
         }
     }
-    // Arguments for one call: [path,] leaf, rest_0[i], rest_1[i], ...
+    // Arguments for one call: [path,] leaf, rest_0[i], rest_1[i], ... after one spare slot, which
+    // PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use (a bound method puts `self` there
+    // instead of copying the arguments into a new array on every call).
     const size_t offset = with_path ? 1 : 0;
-    std::vector<PyObject*> args(offset + 1 + static_cast<size_t>(num_rest));
+    const size_t nargs = offset + 1 + static_cast<size_t>(num_rest);
+    std::vector<PyObject*> call(1 + nargs);
+    PyObject** args = call.data() + 1;
     results.reserve(n);
     for (size_t i = 0; i < n; ++i) {
         if (with_path) args[0] = PyTuple_GET_ITEM(paths[i], 0);
@@ -95,7 +99,7 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
         if (ahead < n) PrefetchForWrite(leaves[ahead]);
         args[offset] = leaves[i];
         for (Py_ssize_t j = 0; j < num_rest; ++j) args[offset + 1 + j] = columns[j][i];
-        PyObject* r = PyObject_Vectorcall(f, args.data(), args.size(), nullptr);
+        PyObject* r = PyObject_Vectorcall(f, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
         if (r == nullptr) {
             cleanup();
             return nullptr;
