@@ -106,8 +106,15 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
+    // Borrowed while gathering (PyDict_Next runs no Python code), with every value's cache miss
+    // requested up front so they overlap; the references are taken once all are in flight.
     while (PyDict_Next(dict, &pos, &key, &value)) {
-        items.push_back(Item{Py_NewRef(key), Py_NewRef(value)});
+        PrefetchForWrite(value);
+        items.push_back(Item{key, value});
+    }
+    for (Item& item : items) {
+        Py_INCREF(item.key);
+        Py_INCREF(item.value);
     }
     if (!SortItems(dict, items, wrap_error)) {
         ReleaseItems(items, 0);

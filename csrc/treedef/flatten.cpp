@@ -280,6 +280,7 @@ class Flattener {
     // Visits gathered (key, value) items in order, consuming them.
     bool VisitItems(Items& items) {
         for (size_t i = 0; i < items.size(); ++i) {
+            if (i + 1 < items.size()) PrefetchDictEntries(items[i + 1].value);
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Dict(items[i].key);
             bool ok = Child(items[i].value, key);
