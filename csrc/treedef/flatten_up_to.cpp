@@ -10,6 +10,7 @@
 
 #include "dict_items.h"
 #include "pyutils.h"
+#include "scratch.h"
 #include "treedef.h"
 
 namespace fastree {
@@ -352,11 +353,34 @@ class PrefixWalker {
     std::vector<std::pair<Py_ssize_t, PyObject*>> pending_refs_;  // (ref node, owned object)
     std::unordered_map<PyObject*, Py_ssize_t> identity_;            // owned object -> node
     std::unordered_map<Py_ssize_t, PyObject*> target_objects_;      // shared node -> its object
-    std::vector<PyObject*> agenda_;
+    // Objects still to visit, owned. Pooled: on small trees a fresh vector's allocation would be
+    // a visible share of the call.
+    ScratchVector agenda_buf_;
+    std::vector<PyObject*>& agenda_ = agenda_buf_.get();
     bool leaf_children_done_ = false;  // set by a Step that emitted its leaf children itself
 };
 
 }  // namespace
+
+PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
+    if (def.nodes.empty()) return nullptr;
+    const Node& root = def.nodes.back();
+    if (!(root.num_leaves == root.arity && root.num_nodes == root.arity + 1)) return nullptr;
+    PyObject* const* items;
+    if (root.kind == NodeKind::kTuple && PyTuple_CheckExact(tree) &&
+        PyTuple_GET_SIZE(tree) == root.arity) {
+        items = &PyTuple_GET_ITEM(tree, 0);
+    } else if (root.kind == NodeKind::kList && PyList_CheckExact(tree) &&
+               PyList_GET_SIZE(tree) == root.arity) {
+        items = &PyList_GET_ITEM(tree, 0);  // nothing below runs Python code to change it
+    } else {
+        return nullptr;
+    }
+    PyObject* out = PyList_New(root.arity);
+    if (out == nullptr) return nullptr;
+    for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out, i, Py_NewRef(items[i]));
+    return out;
+}
 
 bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {
     PrefixWalker walker(def, out);

@@ -70,7 +70,10 @@ PyObject* GetNumNodes(PyObject* self, void*) { return PyLong_FromSsize_t(DefOf(s
 PyObject* MUnflatten(PyObject* self, PyObject* leaves) { return UnflattenIterable(DefOf(self), leaves); }
 
 PyObject* MFlattenUpTo(PyObject* self, PyObject* tree) {
-    std::vector<PyObject*> out;
+    if (PyObject* list = FlattenUpToSequence(DefOf(self), tree)) return list;
+    if (PyErr_Occurred()) return nullptr;
+    ScratchVector out_buf;  // pooled: no allocation per call
+    std::vector<PyObject*>& out = out_buf.get();
     out.reserve(static_cast<size_t>(DefOf(self).num_leaves()));
     if (!FlattenUpTo(DefOf(self), tree, &out)) {
         DecrefAll(out);
