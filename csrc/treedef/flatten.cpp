@@ -307,7 +307,14 @@ class Flattener {
         Py_ssize_t keys_begin = 0;
         if constexpr (kDef) {
             keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
-            for (Py_ssize_t i = 0; i < n; ++i) def_->keys.push_back(Py_NewRef(items[i].key));
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                if constexpr (kPaths) {
+                    def_->keys.push_back(Py_NewRef(items[i].key));  // VisitItems makes its key
+                } else {
+                    def_->keys.push_back(items[i].key);  // the item's reference moves over
+                    items[i].key = nullptr;
+                }
+            }
         }
         if (!VisitItems(items)) return false;
         if constexpr (kDef) PushNode(NodeKind::kDict, n, leaves_before, nodes_before, nullptr,
