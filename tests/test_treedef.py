@@ -109,6 +109,18 @@ def test_dict_keys_in_equality():
     assert tu.tree_structure(Point(1, 2, label="a")) != tu.tree_structure(Point(1, 2, label="b"))
 
 
+def test_dict_keys_equal_but_distinct_objects():
+    # equality takes a shortcut for identical key objects; equal distinct ones must still match
+    k1, k2 = "".join(["ke", "y"]), "".join(["k", "ey"])
+    assert k1 == k2 and k1 is not k2
+    a, b = tu.tree_structure({k1: 1, "z": 2}), tu.tree_structure({k2: 1, "z": 2})
+    assert a == b and not (a != b) and hash(a) == hash(b)
+    for x, y in [({1: 0}, {1.0: 0}), ({1: 0}, {True: 0}), ({(1, "a"): 0}, {(1, "a"): 0})]:
+        assert (tu.tree_structure(x) == tu.tree_structure(y)) == (
+            jtu.tree_structure(x) == jtu.tree_structure(y)
+        )
+
+
 @parametrize(tree=TREE_DICT)
 def test_pickle_round_trip(tree):
     ftd = tu.tree_structure(tree)

@@ -52,22 +52,35 @@ int Equal(const TreeDef& a, const TreeDef& b) {
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
-        if (x.kind != y.kind || x.arity != y.arity || a.Custom(x) != b.Custom(y)) return 0;
-        if (x.kind == NodeKind::kNamedTuple && a.Data(x) != b.Data(y)) return 0;
-        if (x.kind == NodeKind::kSharedRef && x.ref != y.ref) return 0;
+        if (x.kind != y.kind || x.arity != y.arity) return 0;
+        if (x.kind == NodeKind::kSharedRef) {
+            if (x.ref != y.ref) return 0;
+        } else if (HasPayload(x.kind)) {
+            const NodePayload& px = a.payloads[x.payload];
+            const NodePayload& py = b.payloads[y.payload];
+            if (px.custom != py.custom) return 0;
+            if (x.kind == NodeKind::kNamedTuple && px.data != py.data) return 0;
+        }
     }
+    // Then the values: dict keys and aux data, equal when identical (the usual case: the same
+    // interned keys, the same static aux objects) without a call into Python.
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
-        if (x.kind == NodeKind::kDict) {
-            for (Py_ssize_t k = 0; k < x.arity; ++k) {
-                int eq = PyObject_RichCompareBool(a.keys[x.keys_begin + k],
-                                                  b.keys[y.keys_begin + k], Py_EQ);
+        if (x.kind == NodeKind::kDict && x.arity > 0) {  // (no pointer into an empty vector)
+            PyObject* const* kx = a.keys.data() + x.keys_begin;
+            PyObject* const* ky = b.keys.data() + y.keys_begin;
+            for (Count k = 0; k < x.arity; ++k) {
+                if (kx[k] == ky[k]) continue;
+                int eq = PyObject_RichCompareBool(kx[k], ky[k], Py_EQ);
                 if (eq <= 0) return eq;
             }
-        } else if (a.Custom(x) != nullptr) {
-            // JAX compares aux_data with `!=`; RichCompareBool short-cuts identical objects.
-            int ne = PyObject_RichCompareBool(a.Data(x), b.Data(y), Py_NE);
+        } else if (HasPayload(x.kind) && x.kind != NodeKind::kNamedTuple) {
+            // JAX compares aux_data with `!=`.
+            PyObject* dx = a.payloads[x.payload].data;
+            PyObject* dy = b.payloads[y.payload].data;
+            if (dx == dy) continue;
+            int ne = PyObject_RichCompareBool(dx, dy, Py_NE);
             if (ne != 0) return ne < 0 ? -1 : 0;
         }
     }
