@@ -188,7 +188,6 @@ PyTypeObject* CreateTreeDefType();
 // dropped before the caller returns) is filled in its pooled buffer as it is.
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths);
-struct ScratchTreeDef;
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, ScratchTreeDef* def,
              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths);
 
