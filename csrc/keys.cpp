@@ -7,10 +7,12 @@ namespace keys {
 namespace {
 
 // JAX's key entries are immutable (read-only properties), so equal entries can be shared:
-// building one through its Python class costs ~0.2 us, which dominated flatten_with_path on
-// wide lists. Cached: SequenceKey/FlattenedIndexKey for small indices, DictKey/GetAttrKey for
-// exact-str keys (a parameter tree repeats 'kernel', 'bias', ... in every layer). Bounded.
-constexpr Py_ssize_t kIndexCacheSize = 4096;
+// building one through its Python class costs 0.2-0.5 us, which dominated flatten_with_path on
+// wide lists. Cached: SequenceKey/FlattenedIndexKey by index, DictKey/GetAttrKey for exact-str
+// keys (a parameter tree repeats 'kernel', 'bias', ... in every layer). Bounded: index entries
+// are made on first use and cost ~40 bytes each, so a process that has key-pathed a list of the
+// maximum length holds ~5 MB of them.
+constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 constexpr Py_ssize_t kStrCacheSize = 8192;
 std::vector<PyObject*> g_sequence_cache;         // owned; index -> SequenceKey(index) or null
 std::vector<PyObject*> g_flattened_index_cache;  // owned; index -> FlattenedIndexKey(index)

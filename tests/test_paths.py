@@ -165,3 +165,17 @@ def test_key_entry_classes_are_jax_classes(tree, first_type):
             assert isinstance(
                 k, (jtu.DictKey, jtu.SequenceKey, jtu.GetAttrKey, jtu.FlattenedIndexKey)
             )
+
+
+def test_sequence_keys_of_a_long_list():
+    # Index keys are cached (immutable JAX objects) up to a bound; around and past that bound,
+    # every key must still be the right one.
+    n = (1 << 17) + 3
+    tree = list(range(n))
+    for _ in range(2):  # first call fills the cache, second reads it
+        paths = [path for path, _ in tu.tree_flatten_with_path(tree)[0]]
+        for i in (0, 4095, 4096, n - 4, n - 3, n - 2, n - 1):
+            assert paths[i] == (jtu.SequenceKey(i),)
+            assert type(paths[i][0]) is jtu.SequenceKey
+            assert paths[i][0].idx == i
+    assert len(paths) == n
