@@ -41,6 +41,11 @@ std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
     return s;
 }
 
+// Every child of `node` is a leaf: its subtree is the node plus `arity` one-node leaves.
+bool AllChildrenAreLeaves(const Node& node) {
+    return node.num_leaves == node.arity && node.num_nodes == node.arity + 1;
+}
+
 class PrefixWalker {
  public:
     PrefixWalker(const TreeDef& def, std::vector<PyObject*>* out) : def_(def), out_(out) {}
@@ -138,10 +143,6 @@ class PrefixWalker {
             return;
         }
         for (Py_ssize_t i = 0; i < n; ++i) agenda_.push_back(Py_NewRef(items[i]));
-    }
-
-    static bool AllChildrenAreLeaves(const Node& node) {
-        return node.num_leaves == node.arity && node.num_nodes == node.arity + 1;
     }
 
     bool StepDict(const Node& node, PyObject* obj) {
@@ -365,7 +366,7 @@ class PrefixWalker {
 PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     if (def.nodes.empty()) return nullptr;
     const Node& root = def.nodes.back();
-    if (!(root.num_leaves == root.arity && root.num_nodes == root.arity + 1)) return nullptr;
+    if (!AllChildrenAreLeaves(root)) return nullptr;
     PyObject* const* items;
     if (root.kind == NodeKind::kTuple && PyTuple_CheckExact(tree) &&
         PyTuple_GET_SIZE(tree) == root.arity) {
