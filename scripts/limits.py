@@ -13,19 +13,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 
-
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import psutil
-
-        return psutil.Process().memory_info().rss
+from _rss import rss_bytes  # sibling module: scripts run as `python scripts/<name>.py`
 
 
 def measure(fn):

@@ -16,20 +16,11 @@ import argparse
 import collections
 import dataclasses
 import gc
-import os
 import sys
 import time
 from typing import Any, NamedTuple
 
-
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import psutil
-
-        return psutil.Process().memory_info().rss
+from _rss import rss_bytes  # sibling module: scripts run as `python scripts/<name>.py`
 
 
 class Point(NamedTuple):
