@@ -164,10 +164,13 @@ PyObject* FlattenOneLevelWithKeysEntry(PyObject*, PyObject* tree) {
 }
 
 PyObject* IsNodeType(PyObject*, PyObject* type) {
-    if (!PyType_Check(type)) {
-        PyErr_Format(PyExc_TypeError, "is_tree_node() expects a type, got %R.", type);
+    // JAX's registry answers False for an object that is not a type, and rejects None (its
+    // binding's argument conversion fails); the same here.
+    if (type == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "is_tree_node() expects a type, got None.");
         return nullptr;
     }
+    if (!PyType_Check(type)) Py_RETURN_FALSE;
     const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
     return PyBool_FromLong(reg->kind != NodeKind::kLeaf);
 }

@@ -13,9 +13,7 @@ import fastree
 import fastree.tree as ft
 import fastree.tree_util as tu
 
-JAX_TREE_UTIL_NAMES = sorted(
-    n for n in dir(jtu) if not n.startswith("_") and n != "default_registry"
-)
+JAX_TREE_UTIL_NAMES = sorted(n for n in dir(jtu) if not n.startswith("_"))
 JAX_TREE_NAMES = sorted(n for n in dir(jt) if not n.startswith("_"))
 
 # names whose object must be JAX's very own (users isinstance them or pass them to JAX)
@@ -72,10 +70,19 @@ def test_pytreedef_is_fastree_class():
         "from_node_data_and_children",
         "from_iterable_tree",
         "to_jax",
+        "serialize_using_proto",
+        "deserialize_using_proto",
     ],
 )
 def test_pytreedef_methods_present(method):
     assert callable(getattr(fastree.PyTreeDef, method))
+
+
+def test_pytreedef_has_every_public_jax_pytreedef_attribute():
+    missing = [
+        n for n in dir(jtu.PyTreeDef) if not n.startswith("_") and not hasattr(fastree.PyTreeDef, n)
+    ]
+    assert missing == []
 
 
 def test_from_jax_present():
@@ -163,3 +170,24 @@ def test_import_is_warning_free(stmt):
     )
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "fastree",
+        "fastree.tree_util",
+        "fastree.tree",
+        "fastree._registration",
+        "fastree._default_registry",
+        "fastree._jax_bridge",
+        "fastree._identity",
+        "fastree._jit",
+    ],
+)
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -279,6 +279,19 @@ def test_is_tree_node(typ):
     assert tu.is_tree_node(typ) == jtu.is_tree_node(typ)
 
 
+@pytest.mark.parametrize("obj", [1, (1, 2), "a", [1], {}, TREE_DICT["namedtuple"]], ids=repr)
+def test_is_tree_node_of_a_non_type_is_false_as_in_jax(obj):
+    assert jtu.is_tree_node(obj) is False
+    assert tu.is_tree_node(obj) is False
+
+
+def test_is_tree_node_of_none_is_a_type_error_as_in_jax():
+    with pytest.raises(TypeError):
+        jtu.is_tree_node(None)
+    with pytest.raises(TypeError, match="expects a type, got None"):
+        tu.is_tree_node(None)
+
+
 def test_is_tree_node_registered_later():
     class Late:
         pass

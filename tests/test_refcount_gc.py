@@ -272,3 +272,47 @@ def _transitive_referents(obj, depth):
                 nxt.append(r)
         frontier = nxt
     return seen
+
+
+class _HashFailsLater:
+    """A dict key whose hash raises once `fail` is set (sorting it needs no hash)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.fail = False
+
+    def __hash__(self):
+        if self.fail:
+            raise ValueError(f"cannot hash {self.name}")
+        return hash(self.name)
+
+    def __lt__(self, other):
+        return self.name < other.name
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+@pytest.mark.parametrize("op", ["unflatten", "map"])
+def test_dict_rebuild_failure_releases_every_child(failing, op):
+    # A rebuilt dict whose key insertion fails part-way: the children already inserted go with
+    # the dict, the others are released; nothing leaks and the key's error propagates.
+    keys = [_HashFailsLater(n) for n in "abc"]
+    leaves = [Obj(i) for i in range(3)]
+    tree = {k: [leaf] for k, leaf in zip(keys, leaves)}
+    treedef = tu.tree_structure(tree)
+    gc.collect()
+    before = _refcounts(leaves + keys)
+
+    def break_key(x):
+        keys[failing].fail = True  # flattening (which looks keys up) is over by now
+        return x
+
+    for _ in range(50):
+        keys[failing].fail = False
+        with pytest.raises(ValueError, match="cannot hash " + "abc"[failing]):
+            if op == "unflatten":
+                treedef.unflatten([break_key(leaf) for leaf in leaves])
+            else:
+                tu.tree_map(break_key, tree)
+    keys[failing].fail = False
+    gc.collect()
+    assert _refcounts(leaves + keys) == before

@@ -96,23 +96,8 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
             for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, children[i]);
             return list;
         }
-        case NodeKind::kDict: {
-            PyObject* dict = _PyDict_NewPresized(n);
-            if (dict == nullptr) {
-                for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
-                return nullptr;
-            }
-            // Insertion in sorted-key order, as JAX does: the rebuilt dict iterates sorted.
-            for (Py_ssize_t i = 0; i < n; ++i) {
-                if (PyDict_SetItem(dict, def.keys[node.keys_begin + i], children[i]) < 0) {
-                    for (Py_ssize_t j = i; j < n; ++j) Py_DECREF(children[j]);
-                    Py_DECREF(dict);
-                    return nullptr;
-                }
-                Py_DECREF(children[i]);
-            }
-            return dict;
-        }
+        case NodeKind::kDict:
+            return BuildDict(def.keys.data() + node.keys_begin, children, n);
         case NodeKind::kNamedTuple: {
             PyObject* args = StealTuple(children, n);
             if (args == nullptr) return nullptr;

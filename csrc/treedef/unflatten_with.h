@@ -11,6 +11,24 @@
 
 namespace fastree {
 
+// Builds a plain dict from `n` sorted keys and `n` owned children (consumed). The most common
+// container of parameter trees, so it is built here, inline in the loop, not through BuildNode.
+inline PyObject* BuildDict(PyObject* const* keys, PyObject** children, Py_ssize_t n) {
+    PyObject* dict = _PyDict_NewPresized(n);
+    Py_ssize_t i = 0;
+    if (dict != nullptr) {
+        // Insertion in sorted-key order, as JAX does: the rebuilt dict iterates sorted.
+        for (; i < n; ++i) {
+            if (PyDict_SetItem(dict, keys[i], children[i]) < 0) break;
+            Py_DECREF(children[i]);
+        }
+        if (i == n) return dict;
+        Py_CLEAR(dict);
+    }
+    for (; i < n; ++i) Py_DECREF(children[i]);
+    return nullptr;
+}
+
 // `leaf(i)` returns a new reference to leaf i, or null with a Python error set.
 template <class LeafSource>
 PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
@@ -25,11 +43,17 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
         shared.clear();
     };
     Py_ssize_t next_leaf = 0;
-    for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
-        const Node& node = def.nodes[index];
+    const Node* const nodes = def.nodes.data();
+    const Py_ssize_t num_nodes = def.num_nodes();
+    for (Py_ssize_t index = 0; index < num_nodes; ++index) {
+        const Node& node = nodes[index];
         PyObject* built;
         if (node.kind == NodeKind::kLeaf) {
             built = leaf(next_leaf++);
+        } else if (node.kind == NodeKind::kDict) {
+            PyObject** children = stack.data() + (stack.size() - node.arity);
+            built = BuildDict(def.keys.data() + node.keys_begin, children, node.arity);
+            stack.resize(stack.size() - node.arity);
         } else if (node.kind == NodeKind::kSharedRef) {
             auto it = shared.find(node.ref);
             if (it == shared.end()) {

@@ -25,6 +25,10 @@ _aux.install()
 PyTreeDef.diff = _diff._treedef_diff  # type: ignore[attr-defined]
 PyTreeDef.fingerprint = _serialize.fingerprint  # type: ignore[attr-defined]
 PyTreeDef.serialize = _serialize.serialize  # type: ignore[attr-defined]
+PyTreeDef.serialize_using_proto = _jax_bridge.serialize_using_proto  # type: ignore[attr-defined]
+PyTreeDef.deserialize_using_proto = staticmethod(  # type: ignore[attr-defined]
+    _jax_bridge.deserialize_using_proto
+)
 
 from ._audit import AuditEntry as AuditEntry  # noqa: E402
 from ._audit import AuditReport as AuditReport  # noqa: E402

@@ -6,7 +6,8 @@
   (``DictKey``, ...) are JAX's own, so ``isinstance`` checks in user code hold.
 * fastree -> JAX: every registration made through fastree is also made with JAX (see
   ``_registration.py``), so ``jax.jit``/``grad``/``vmap`` accept fastree types; treedefs convert
-  both ways with :func:`to_jax` / :func:`from_jax`.
+  both ways with :func:`to_jax` / :func:`from_jax`, and JAX's protocol-buffer encoding of a
+  treedef (``serialize_using_proto``) goes through that conversion.
 * Errors: a tree_map structure mismatch is explained with JAX's own key-path message, computed
   only on the error path.
 """
@@ -19,6 +20,7 @@ import jax.tree_util as _jtu
 from jax._src import tree_util as _jax_internal
 
 from . import _core
+from ._default_registry import PyTreeRegistry
 
 
 def _check_sharing_fits_jax(treedef: _core.PyTreeDef) -> None:
@@ -91,6 +93,30 @@ def from_jax(treedef: _jtu.PyTreeDef) -> _core.PyTreeDef:
         return node_data[1]  # the subtree treedef fastree handed JAX (see to_jax)
     children = [from_jax(child) for child in treedef.children()]
     return _core.PyTreeDef.from_node_data_and_children(node_data, children)
+
+
+def serialize_using_proto(treedef: _core.PyTreeDef) -> bytes:
+    """JAX's protocol-buffer encoding of ``treedef`` (``PyTreeDef.serialize_using_proto``).
+
+    As in JAX, only built-in nodes and str dict keys can be encoded (otherwise ValueError).
+
+    >>> import fastree
+    >>> td = fastree.tree_util.tree_structure({'a': [1, None]})
+    >>> fastree.PyTreeDef.deserialize_using_proto(
+    ...     fastree.tree_util.default_registry, td.serialize_using_proto()) == td
+    True
+    """
+    return to_jax(treedef).serialize_using_proto()
+
+
+def deserialize_using_proto(registry: Any, data: bytes) -> _core.PyTreeDef:
+    """The treedef encoded by :func:`serialize_using_proto` (``PyTreeDef.deserialize_using_proto``).
+
+    ``registry`` is fastree's ``tree_util.default_registry`` or, as in JAX, a jaxlib registry.
+    """
+    if isinstance(registry, PyTreeRegistry):
+        registry = _jtu.default_registry
+    return from_jax(_jtu.PyTreeDef.deserialize_using_proto(registry, data))
 
 
 def _map_error(tree: Any, other: Any, is_leaf: Any, name: str) -> BaseException | None:

@@ -23,6 +23,7 @@ from ._core import tree_map as tree_map
 from ._core import tree_map_with_path as tree_map_with_path
 from ._core import tree_structure as tree_structure
 from ._core import tree_unflatten as tree_unflatten
+from ._default_registry import default_registry as default_registry
 from ._registration import register_dataclass as register_dataclass
 from ._registration import register_pytree_node as register_pytree_node
 from ._registration import register_pytree_node_class as register_pytree_node_class
@@ -234,6 +235,7 @@ __all__ = [
     "PyTreeDef",
     "SequenceKey",
     "all_leaves",
+    "default_registry",
     "flatten_one_level",
     "flatten_one_level_with_keys",
     "is_tree_node",
