@@ -56,18 +56,15 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
     std::vector<PyObject*> no_paths;
     if (with_path) paths_buf.emplace();
-    ScratchVector results_buf;
     std::vector<PyObject*>& leaves = leaves_buf.get();
     std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;  // (path, leaf) pairs when with_path
     // columns[j] holds the leaves of rest[j], cut to the first tree's structure.
     std::vector<std::vector<PyObject*>> columns(static_cast<size_t>(num_rest));
-    std::vector<PyObject*>& results = results_buf.get();
     PyObject* out = nullptr;
     auto cleanup = [&] {
         DecrefAll(leaves);
         DecrefAll(paths);
         for (auto& column : columns) DecrefAll(column);
-        DecrefAll(results);
     };
 
     if (!Flatten(tree, is_leaf, is_leaf_takes_path, &scratch_def, &leaves,
@@ -92,7 +89,6 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     const size_t nargs = offset + 1 + static_cast<size_t>(num_rest);
     std::vector<PyObject*> call(1 + nargs);
     PyObject** args = call.data() + 1;
-    results.reserve(n);
     for (size_t i = 0; i < n; ++i) {
         if (with_path) args[0] = PyTuple_GET_ITEM(paths[i], 0);
         const size_t ahead = i + static_cast<size_t>(kPrefetchDistance);
@@ -104,17 +100,16 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
             cleanup();
             return nullptr;
         }
-        results.push_back(r);
         // Done with this leaf: release it now, while f has just touched it, rather than in a
-        // cache-cold pass over every leaf at the end.
-        Py_CLEAR(leaves[i]);
+        // cache-cold pass over every leaf at the end. Its slot takes the result.
+        Py_SETREF(leaves[i], r);
         for (Py_ssize_t j = 0; j < num_rest; ++j) Py_CLEAR(columns[j][i]);
         if (with_path) Py_CLEAR(paths[i]);
     }
     // The results' references move into the tree being built.
     out = UnflattenWith(def, [&](Py_ssize_t i) -> PyObject* {
-        PyObject* r = results[i];
-        results[i] = nullptr;
+        PyObject* r = leaves[i];
+        leaves[i] = nullptr;
         return r;
     });
     cleanup();
