@@ -37,6 +37,9 @@ def _classes() -> SimpleNamespace:
         from flax import nnx
     except ImportError as error:
         raise Unsupported(f"flax is not installed ({error})") from None
+    # flax 0.12 wants a list of submodules wrapped in nnx.List; older flax (the newest for
+    # Python 3.10) has no nnx.List and takes the plain list.
+    module_list = getattr(nnx, "List", list)
 
     class Block(nnx.Module):
         def __init__(self, rngs: Any) -> None:
@@ -46,7 +49,7 @@ def _classes() -> SimpleNamespace:
 
     class Net(nnx.Module):
         def __init__(self, rngs: Any) -> None:
-            self.blocks = nnx.List([Block(rngs) for _ in range(4)])
+            self.blocks = module_list([Block(rngs) for _ in range(4)])
             self.head = nnx.Linear(2, 2, rngs=rngs)
 
     class LinearPair(nnx.Module):
@@ -57,7 +60,7 @@ def _classes() -> SimpleNamespace:
     class SharedNet(nnx.Module):
         def __init__(self, rngs: Any) -> None:
             self.embed = nnx.Embed(4, 2, rngs=rngs)
-            self.blocks = nnx.List([LinearPair(rngs) for _ in range(SHARED_BLOCKS)])
+            self.blocks = module_list([LinearPair(rngs) for _ in range(SHARED_BLOCKS)])
             self.unembed = self.embed
 
     return SimpleNamespace(nnx=nnx, Net=Net, SharedNet=SharedNet)

@@ -114,9 +114,14 @@ PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
         return nullptr;
     }
     if (!IsTreeDef(a[0])) {
-        PyErr_Format(PyExc_TypeError, "tree_unflatten() expects a fastree PyTreeDef, got %R.",
-                     a[0]);
-        return nullptr;
+        // JAX's tree_unflatten is `treedef.unflatten(leaves)`: a JAX treedef works, and
+        // anything else fails the way that method call fails (AttributeError for None, ...).
+        PyObject* method = PyUnicode_InternFromString("unflatten");
+        if (method == nullptr) return nullptr;
+        PyObject* call[2] = {a[0], a[1]};
+        PyObject* out = PyObject_VectorcallMethod(method, call, 2, nullptr);
+        Py_DECREF(method);
+        return out;
     }
     return UnflattenIterable(DefOf(a[0]), a[1]);
 }

@@ -122,16 +122,19 @@ PYBIND11_MODULE(_core, m) {
         "Registers a dataclass-like `type` whose fields are read and set in C++.");
     m.def(
         "install_jax_bridge",
-        [](py::dict jax_registry, py::handle flatten_one_level_with_keys, py::handle dict_key,
-           py::handle sequence_key, py::handle getattr_key, py::handle flattened_index_key,
-           py::handle to_jax, py::handle map_error) {
-            ThrowIfFalse(registry::InstallJax(jax_registry.ptr(), flatten_one_level_with_keys.ptr()));
+        [](py::dict jax_registry, py::handle flatten_one_level,
+           py::handle flatten_one_level_with_keys, py::handle dict_key, py::handle sequence_key,
+           py::handle getattr_key, py::handle flattened_index_key, py::handle to_jax,
+           py::handle map_error) {
+            ThrowIfFalse(registry::InstallJax(jax_registry.ptr(), flatten_one_level.ptr(),
+                                              flatten_one_level_with_keys.ptr()));
             ThrowIfFalse(keys::Install(dict_key.ptr(), sequence_key.ptr(), getattr_key.ptr(),
                                        flattened_index_key.ptr()));
             SetToJaxHook(to_jax.ptr());
             SetMapErrorHook(map_error.ptr());
         },
-        py::arg("jax_registry"), py::arg("flatten_one_level_with_keys"), py::arg("DictKey"),
+        py::arg("jax_registry"), py::arg("flatten_one_level"),
+        py::arg("flatten_one_level_with_keys"), py::arg("DictKey"),
         py::arg("SequenceKey"), py::arg("GetAttrKey"), py::arg("FlattenedIndexKey"),
         py::arg("to_jax"), py::arg("map_error"),
         "Connects the core to JAX: its registry (for JAX-only types), key classes and hooks.");
@@ -141,6 +144,9 @@ PYBIND11_MODULE(_core, m) {
         py::arg("classify"), py::arg("reporter"),
         "Installs the aux_data checks: classify(type, example) -> bool is asked once per value "
         "type whether it is plain static data; reporter(node_type, aux, tree) warns or raises.");
+    m.def("set_dict_mismatch_shows_dict", [](bool shows_dict) { SetDictMismatchShowsDict(shows_dict); },
+          py::arg("shows_dict"),
+          "Dict key mismatch errors print the dict (JAX before 0.7) or its keys (JAX 0.7+).");
     m.def("set_strict_aux", [](bool strict) { aux::SetStrict(strict); }, py::arg("strict"),
           "Strict mode: aux_data must also be hashable (unhashable containers are reported).");
     m.def(

@@ -43,6 +43,7 @@ struct State {
     Py_ssize_t memo_jax_size = -1;
     PyObject* jax_registry = nullptr;            // owned
     PyObject* jax_flatten_with_keys = nullptr;   // owned
+    PyObject* jax_flatten_one_level = nullptr;   // owned
 };
 
 State& S() {
@@ -219,7 +220,8 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
     return true;
 }
 
-bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_with_keys) {
+bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
+                PyObject* jax_flatten_one_level_with_keys) {
     if (!PyDict_Check(jax_registry_dict)) {
         PyErr_SetString(PyExc_TypeError, "JAX's registry must be a dict.");
         return false;
@@ -227,6 +229,7 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_wit
     State& s = S();
     Py_XSETREF(s.jax_registry, Py_NewRef(jax_registry_dict));
     Py_XSETREF(s.jax_flatten_with_keys, Py_NewRef(jax_flatten_one_level_with_keys));
+    Py_XSETREF(s.jax_flatten_one_level, Py_NewRef(jax_flatten_one_level));
     g_jax_registry = s.jax_registry;
     // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
     PyObject* collections = PyImport_ImportModule("collections");
@@ -248,6 +251,7 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_wit
 }
 
 PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys; }
+PyObject* JaxFlattenOneLevel() { return S().jax_flatten_one_level; }
 
 // ---- The registry object: makes the registry's references visible to the cycle collector.
 
@@ -272,6 +276,7 @@ int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(s.on_type_death);
     Py_VISIT(s.jax_registry);
     Py_VISIT(s.jax_flatten_with_keys);
+    Py_VISIT(s.jax_flatten_one_level);
     // The core's other module-lifetime references: JAX's key classes and the bridge hooks.
     if (int err = keys::Traverse(visit, arg)) return err;
     if (int err = aux::Traverse(visit, arg)) return err;

@@ -101,10 +101,13 @@ bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
 bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields,
                        bool preserve_identity);
 
-// Installs JAX's registry dict and its flatten_one_level_with_keys (used for key paths of
-// JAX-only types). Owned references are kept by the registry object.
-bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level_with_keys);
+// Installs JAX's registry dict and its registry's flatten_one_level(_with_keys): the latter gives
+// key paths of JAX-only types, both answer flatten_one_level on them. Owned references are kept
+// by the registry object.
+bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
+                PyObject* jax_flatten_one_level_with_keys);
 PyObject* JaxFlattenWithKeys();  // borrowed; may be null
+PyObject* JaxFlattenOneLevel();  // borrowed; may be null
 
 // Module-level object whose tp_traverse exposes every reference the registry owns to the GC.
 PyObject* NewRegistryObject();

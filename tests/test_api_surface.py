@@ -8,6 +8,7 @@ import sys
 import jax.tree as jt
 import jax.tree_util as jtu
 import pytest
+from helpers import requires_jax
 
 import fastree
 import fastree.tree as ft
@@ -143,6 +144,7 @@ def test_tree_signature(name):
     _assert_same_parameters(getattr(ft, name), getattr(jt, name))
 
 
+@requires_jax("tree.static")
 def test_static_field():
     fj, ff = jt.static(default=3), ft.static(default=3)
     assert isinstance(ff, dataclasses.Field)

@@ -19,6 +19,7 @@ from helpers import (
     assert_same_error,
     assert_same_treedef,
     parametrize,
+    requires_jax,
 )
 
 REG = tu.default_registry
@@ -107,6 +108,7 @@ def test_flatten_with_path_without_predicate():
     assert REG.flatten_with_path(tree)[0] == JREG.flatten_with_path(tree)[0]
 
 
+@requires_jax("default_registry.is_node")
 @pytest.mark.parametrize(
     "typ",
     [
@@ -129,11 +131,13 @@ def test_is_node_matches_jax_registry(typ):
     assert REG.is_node(typ) is JREG.is_node(typ)
 
 
+@requires_jax("default_registry.is_node")
 @pytest.mark.parametrize("obj", [1, (1, 2), "a", {}], ids=repr)
 def test_is_node_of_a_non_type_is_false(obj):
     assert REG.is_node(obj) is JREG.is_node(obj) is False
 
 
+@requires_jax("default_registry.is_node")
 def test_is_node_of_none_is_a_type_error():
     with pytest.raises(TypeError):
         JREG.is_node(None)
@@ -141,6 +145,7 @@ def test_is_node_of_none_is_a_type_error():
         REG.is_node(None)
 
 
+@requires_jax("default_registry.is_node")
 def test_register_node_works_in_fastree_and_in_jax():
     class Cell:
         def __init__(self, a, b):

@@ -4,6 +4,8 @@ import copy
 import functools
 import operator
 
+import fastree.tree as ft
+import fastree.tree_util as tu
 import jax.tree as jt
 import jax.tree_util as jtu
 import numpy as np
@@ -18,10 +20,8 @@ from helpers import (
     capture,
     leaf_equal,
     parametrize,
+    requires_jax,
 )
-
-import fastree.tree as ft
-import fastree.tree_util as tu
 
 
 def tag(x):
@@ -114,6 +114,7 @@ def test_reduce_is_leaf(tree, is_leaf):
     assert_leaves_identical(got, jtu.tree_reduce(fn, tree, [], is_leaf=is_leaf))
 
 
+@requires_jax("tree_util.tree_reduce_associative")
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 16])
 def test_reduce_associative(n):
     tree = {"xs": [(i,) for i in range(n)]}
@@ -130,6 +131,7 @@ def test_reduce_associative(n):
         assert tu.tree_reduce_associative(op, tree) == jtu.tree_reduce_associative(op, tree)
 
 
+@requires_jax("tree_util.tree_reduce_associative")
 def test_reduce_associative_is_leaf():
     tree = [(1, 2), (3, 4), (5,)]
     op = lambda a, b: a + b  # noqa: E731
@@ -235,6 +237,7 @@ def test_all_leaves(items, is_leaf):
     )
 
 
+@requires_jax("tree_util.flatten_one_level")
 @parametrize(tree=TREE_DICT)
 def test_flatten_one_level(tree):
     try:
@@ -249,6 +252,7 @@ def test_flatten_one_level(tree):
     assert faux == jaux
 
 
+@requires_jax("tree_util.flatten_one_level_with_keys")
 @parametrize(tree=TREE_DICT)
 def test_flatten_one_level_with_keys(tree):
     try:
@@ -268,6 +272,7 @@ def test_flatten_one_level_with_keys(tree):
         assert [k for k, _ in fpairs] == [k for k, _ in jpairs]
 
 
+@requires_jax("tree_util.is_tree_node")
 @pytest.mark.parametrize(
     "typ",
     [tuple, list, dict, type(None), int, str, np.ndarray, TupleLeaf, type(TREE_DICT["namedtuple"])]
@@ -279,12 +284,14 @@ def test_is_tree_node(typ):
     assert tu.is_tree_node(typ) == jtu.is_tree_node(typ)
 
 
+@requires_jax("tree_util.is_tree_node")
 @pytest.mark.parametrize("obj", [1, (1, 2), "a", [1], {}, TREE_DICT["namedtuple"]], ids=repr)
 def test_is_tree_node_of_a_non_type_is_false_as_in_jax(obj):
     assert jtu.is_tree_node(obj) is False
     assert tu.is_tree_node(obj) is False
 
 
+@requires_jax("tree_util.is_tree_node")
 def test_is_tree_node_of_none_is_a_type_error_as_in_jax():
     with pytest.raises(TypeError):
         jtu.is_tree_node(None)
@@ -292,6 +299,7 @@ def test_is_tree_node_of_none_is_a_type_error_as_in_jax():
         tu.is_tree_node(None)
 
 
+@requires_jax("tree_util.is_tree_node")
 def test_is_tree_node_registered_later():
     class Late:
         pass
@@ -308,3 +316,17 @@ def test_reduce_sum_numbers():
     assert tu.tree_reduce(operator.add, tree, 10) == functools.reduce(
         operator.add, [1, 2, 3, 4.5], 10
     )
+
+
+def test_reduce_defaults_are_jax_sentinels():
+    # Leaving the initializer out, or passing JAX's own "not given" marker, is the same in both.
+    import inspect
+
+    default = inspect.signature(jtu.tree_reduce).parameters["initializer"].default
+    assert inspect.signature(tu.tree_reduce).parameters["initializer"].default is default
+    assert tu.tree_reduce(lambda a, b: a + b, [1, 2], default) == 3
+    assert tu.tree_reduce(lambda a, b: a + b, [1, 2], 10) == 13
+    if type(default) is not object:  # a marker class (recent JAX): any instance of it counts
+        fresh = type(default)()
+        assert jtu.tree_reduce(lambda a, b: a + b, [1, 2], fresh) == 3
+        assert tu.tree_reduce(lambda a, b: a + b, [1, 2], fresh) == 3

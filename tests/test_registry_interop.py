@@ -23,10 +23,10 @@ from helpers import (
     assert_same_treedef,
     assert_trees_equal,
     capture,
+    requires_jax,
 )
 
 import fastree.tree_util as tu
-
 
 def assert_flattens_like_jax(tree):
     fpairs, ftd = tu.tree_flatten_with_path(tree)
@@ -47,6 +47,7 @@ def assert_flattens_like_jax(tree):
 # fastree -> JAX
 
 
+@requires_jax("tree_util.is_tree_node")
 def test_fastree_registered_types_known_to_jax():
     for typ in (Pair, KeysClass, WithKeys, Point, Inferred, StaticTag):
         assert jtu.is_tree_node(typ), typ

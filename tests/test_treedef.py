@@ -3,6 +3,8 @@
 import copy
 import pickle
 
+import fastree
+import fastree.tree_util as tu
 import jax.tree_util as jtu
 import pytest
 from helpers import (
@@ -15,10 +17,8 @@ from helpers import (
     assert_same_treedef,
     assert_trees_equal,
     parametrize,
+    requires_jax,
 )
-
-import fastree
-import fastree.tree_util as tu
 
 JAX_REGISTRY = jtu.default_registry
 
@@ -162,6 +162,7 @@ def test_node_data(tree):
         assert type(fnd) is tuple and fnd[0] is jtd.node_data()[0]
 
 
+@requires_jax("PyTreeDef.from_node_data_and_children")
 @parametrize(tree=TREE_DICT)
 def test_from_node_data_and_children_rebuilds(tree):
     def rebuild_fast(td):
@@ -179,6 +180,7 @@ def test_from_node_data_and_children_rebuilds(tree):
     assert_same_treedef(rebuilt, rebuild_jax(jtd))
 
 
+@requires_jax("PyTreeDef.from_node_data_and_children")
 def test_from_node_data_and_children_builds_new_structure():
     leaf = tu.tree_structure(1)
     inner = tu.tree_structure((1, 2))
@@ -315,3 +317,52 @@ def test_treedef_not_equal_to_other_objects(tree):
     assert not (td == repr(td))
     assert not (td == None)  # noqa: E711
     assert td != tu.tree_structure([tree, tree])
+
+
+def test_methods_take_their_arguments_by_keyword_as_in_jax():
+    tree = {"a": (1, 2), "b": [3]}
+    td, jtd = tu.tree_structure(tree), jtu.tree_structure(tree)
+    assert td.flatten_up_to(tree=tree) == jtd.flatten_up_to(tree=tree)
+
+    def f_node(children, node_data):
+        return sum(children)
+
+    def f_leaf(x):
+        return x * 10
+
+    assert td.walk(f_node, f_leaf, leaves=[1, 2, 3]) == jtd.walk(f_node, f_leaf, leaves=[1, 2, 3])
+    assert td.walk(f_node=f_node, f_leaf=f_leaf, leaves=[1, 2, 3]) == 60
+    assert jtd.walk(f_node=f_node, f_leaf=f_leaf, leaves=[1, 2, 3]) == 60
+    rebuilt = fastree.PyTreeDef.from_node_data_and_children(
+        registry=tu.default_registry, node_data=td.node_data(), children=td.children()
+    )
+    assert rebuilt == td
+    assert fastree.PyTreeDef.from_node_data_and_children(
+        node_data=td.node_data(), children=td.children()
+    ) == td
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda td: td.unflatten(leaves=[1]),  # positional-only, as in JAX
+        lambda td: td.compose(inner=td),
+        lambda td: td.flatten_up_to(bogus=[1]),
+        lambda td: td.flatten_up_to([1], tree=[1]),
+        lambda td: td.flatten_up_to(),
+        lambda td: td.walk(lambda c, d: c, lambda x: x),
+        lambda td: fastree.PyTreeDef.from_node_data_and_children(node_data=td.node_data()),
+    ],
+    ids=[
+        "unflatten_keyword",
+        "compose_keyword",
+        "unknown_keyword",
+        "given_twice",
+        "missing",
+        "walk_missing",
+        "missing_children",
+    ],
+)
+def test_method_argument_errors(call):
+    with pytest.raises(TypeError):
+        call(tu.tree_structure([1]))

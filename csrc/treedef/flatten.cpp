@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "aux_check.h"
+#include "custom_output.h"
 #include "dict_items.h"
 #include "keys.h"
 #include "pointer_map.h"
@@ -48,22 +49,6 @@ PyObject* KeysTuple(const Items& items) {
         PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
     }
     return t;
-}
-
-// Validates a custom flatten result and returns its two halves (borrowed from `result`).
-bool SplitFlattenResult(PyObject* result, bool with_keys, PyObject** children, PyObject** aux) {
-    const char* what = with_keys
-        ? "The to_iterable_with_keys function for a custom PyTree node should return a "
-          "(key_leaf_pairs, aux_data) tuple"
-        : "The to_iterable function for a custom PyTree node should return a "
-          "(children, aux_data) tuple";
-    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
-        PyErr_Format(PyExc_ValueError, "%s, got %s", what, Repr(result).c_str());
-        return false;
-    }
-    *children = PyTuple_GET_ITEM(result, 0);
-    *aux = PyTuple_GET_ITEM(result, 1);
-    return true;
 }
 
 template <bool kDef, bool kPaths>
@@ -231,6 +216,15 @@ class Flattener {
             if (kind == NodeKind::kNamedTuple) {
                 fields = PyObject_GetAttrString(type, "_fields");
                 if (fields == nullptr) return false;
+                // A hand-made "namedtuple" may carry any _fields: JAX's check and text.
+                if (PyObject_Length(fields) != n) {
+                    PyErr_Clear();
+                    PyErr_SetString(PyExc_ValueError,
+                                    "A namedtuple's _fields attribute should have the same size "
+                                    "as the tuple.");
+                    Py_DECREF(fields);
+                    return false;
+                }
             }
         }
         // Tuples are immutable and `obj` is kept alive by our caller: items can be borrowed.
@@ -238,9 +232,13 @@ class Flattener {
             PyObject* key = nullptr;
             if constexpr (kPaths) {
                 if (fields != nullptr) {
-                    PyObject* name = PySequence_GetItem(fields, i);
+                    PyObject* item = PySequence_GetItem(fields, i);
+                    // JAX keys a field by str(name), whatever the name is.
+                    PyObject* name = item && !PyUnicode_CheckExact(item) ? PyObject_Str(item)
+                                                                         : Py_XNewRef(item);
                     key = name ? keys::GetAttr(name) : nullptr;
                     Py_XDECREF(name);
+                    Py_XDECREF(item);
                 } else {
                     key = keys::Sequence(i);
                 }
@@ -550,14 +548,8 @@ class Flattener {
             *arity = n;
             return true;
         }
-        PyObject* it = PyObject_GetIter(children);
-        if (it == nullptr) {
-            PyErr_Format(PyExc_ValueError,
-                         "The to_iterable function for a custom PyTree node should return a "
-                         "(children, aux_data) tuple where 'children' is iterable, got %s",
-                         Repr(result).c_str());
-            return false;
-        }
+        PyObject* it = IterChildren(children, result, /*with_keys=*/false);
+        if (it == nullptr) return false;
         Py_ssize_t i = 0;
         while (PyObject* child = PyIter_Next(it)) {
             PyObject* key = nullptr;
@@ -577,23 +569,11 @@ class Flattener {
     }
 
     bool VisitKeyedChildren(PyObject* pairs, PyObject* result, Py_ssize_t* arity) {
-        PyObject* it = PyObject_GetIter(pairs);
-        if (it == nullptr) {
-            PyErr_Format(PyExc_ValueError,
-                         "The to_iterable_with_keys function for a custom PyTree node should "
-                         "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' is "
-                         "iterable, got %s",
-                         Repr(result).c_str());
-            return false;
-        }
+        PyObject* it = IterChildren(pairs, result, /*with_keys=*/true);
+        if (it == nullptr) return false;
         Py_ssize_t i = 0;
         while (PyObject* pair = PyIter_Next(it)) {
-            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-                PyErr_Format(PyExc_ValueError,
-                             "The to_iterable_with_keys function for a custom PyTree node should "
-                             "return a (key_leaf_pairs, aux_data) tuple where 'key_leaf_pairs' "
-                             "holds (key, child) pairs, got %s",
-                             Repr(pair).c_str());
+            if (!CheckKeyChildPair(pair)) {
                 Py_DECREF(pair);
                 Py_DECREF(it);
                 return false;

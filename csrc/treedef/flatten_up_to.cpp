@@ -22,6 +22,10 @@ constexpr const char kNoneHint[] =
     "  jax.tree.map(lambda x, y: None if x is None else f(x, y), a, b, is_leaf=lambda x: x is "
     "None)";
 
+// JAX 0.7 changed the dict key mismatch text from "...; dict: {the dict}." to
+// "...; present keys: [...]."; the Python layer asks the installed JAX which it prints.
+bool g_dict_mismatch_shows_dict = false;
+
 bool Fail(PyObject* type, const std::string& message) {
     PyErr_SetString(type, message.c_str());
     return false;
@@ -191,12 +195,16 @@ class PrefixWalker {
             equal = eq != 0;
         }
         if (!equal) {
-            std::vector<PyObject*> present;
-            for (size_t i = 0; i < items.size(); ++i) present.push_back(items[i].key);
-            std::string message = "Dict key mismatch; expected keys: " + KeyListStr(expected, n) +
-                                  "; present keys: " +
-                                  KeyListStr(present.data(), static_cast<Py_ssize_t>(present.size())) +
-                                  ".";
+            std::string message = "Dict key mismatch; expected keys: " + KeyListStr(expected, n);
+            if (g_dict_mismatch_shows_dict) {
+                message += "; dict: " + Repr(obj) + ".";
+            } else {
+                std::vector<PyObject*> present;
+                for (size_t i = 0; i < items.size(); ++i) present.push_back(items[i].key);
+                message += "; present keys: " +
+                           KeyListStr(present.data(), static_cast<Py_ssize_t>(present.size())) +
+                           ".";
+            }
             ReleaseItems(items, 0);
             return Fail(PyExc_ValueError, message);
         }
@@ -382,6 +390,8 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out, i, Py_NewRef(items[i]));
     return out;
 }
+
+void SetDictMismatchShowsDict(bool shows_dict) { g_dict_mismatch_shows_dict = shows_dict; }
 
 bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {
     PrefixWalker walker(def, out);

@@ -81,7 +81,16 @@ int Equal(const TreeDef& a, const TreeDef& b) {
             PyObject* dy = b.payloads[y.payload].data;
             if (dx == dy) continue;
             int ne = PyObject_RichCompareBool(dx, dy, Py_NE);
-            if (ne != 0) return ne < 0 ? -1 : 0;
+            if (ne < 0) {
+                // JAX's explanation, with the comparison's own error as the cause.
+                RaiseFromCurrent(PyExc_ValueError,
+                                 "Exception raised while checking equality of metadata fields of "
+                                 "pytree. Make sure that metadata fields are hashable and have "
+                                 "simple equality semantics. (Note: arrays cannot be passed as "
+                                 "metadata fields!)");
+                return -1;
+            }
+            if (ne != 0) return 0;
         }
     }
     return 1;

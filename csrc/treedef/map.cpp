@@ -1,7 +1,10 @@
 // tree_map and tree_map_with_path: flatten the first tree, cut the others to its structure, call f
-// once per leaf position, unflatten. The call order is JAX's (flatten callbacks, then every f
-// call, then every unflatten callback: JAX materialises its generator before building), without
-// JAX's Python generator, zip and intermediate lists.
+// once per leaf position, unflatten; without JAX's Python generator, zip and intermediate lists.
+// Call order: every flatten callback, then every f call, then every custom unflatten. JAX pulls
+// f's results from its generator while it builds (one leaf ahead), so the f calls and custom
+// unflatten calls interleave there; only callbacks with side effects can tell, and the result
+// is the same. Calling f up front keeps the rebuild a tight loop (interleaving measured 8%
+// slower on transformer trees).
 #include <optional>
 
 #include "pyutils.h"

@@ -1,5 +1,6 @@
 // flatten_one_level(_with_keys): the root's children and node data, in the container shapes
 // JAX returns (a list stays a list, a tuple a tuple, dict values come as a tuple, ...).
+#include "custom_output.h"
 #include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
@@ -25,23 +26,46 @@ PyObject* PairsFromPaths(std::vector<PyObject*>& paths, bool as_tuple) {
     return out.release();
 }
 
+// A custom node's own answer, checked as JAX checks it: (children, aux) with the children as the
+// flatten function returned them; with keys, (list of (key, child) pairs, aux).
+PyObject* CustomOneLevel(PyObject* fn, PyObject* tree, bool with_keys) {
+    Ref result(PyObject_CallOneArg(fn, tree));
+    if (!result) return nullptr;
+    PyObject* children;
+    PyObject* aux;
+    if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return nullptr;
+    Ref it(IterChildren(children, result.get(), with_keys));
+    if (!it) return nullptr;
+    if (!with_keys) return PyTuple_Pack(2, children, aux);
+    Ref pairs(PyList_New(0));
+    if (!pairs) return nullptr;
+    while (PyObject* pair = PyIter_Next(it.get())) {
+        Ref held(pair);
+        if (!CheckKeyChildPair(pair)) return nullptr;
+        Ref copy(PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)));
+        if (!copy || PyList_Append(pairs.get(), copy.get()) < 0) return nullptr;
+    }
+    if (PyErr_Occurred()) return nullptr;
+    return PyTuple_Pack(2, pairs.get(), aux);
+}
+
 }  // namespace
 
 // Returns (children, node_data) or None for a leaf.
 PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
     const Registration* reg = registry::Classify(tree);
     if (reg->kind == NodeKind::kLeaf) Py_RETURN_NONE;
-    // Custom nodes answer with their own callback's output, exactly as JAX does.
+    // Custom nodes answer with their own callback's output, checked as JAX checks it.
     if (reg->kind == NodeKind::kCustom) {
-        PyObject* fn = nullptr;
-        if (with_keys) {
-            fn = reg->flatten_with_keys ? reg->flatten_with_keys
-                 : reg->from_jax        ? registry::JaxFlattenWithKeys()
-                                        : nullptr;
-        } else {
-            fn = reg->flatten;
+        // A type only JAX knows: JAX's registry answers (its dataclass kind, for one, gives
+        // children as a list where its registered Python flatten gives a tuple).
+        if (reg->from_jax) {
+            PyObject* jax_fn =
+                with_keys ? registry::JaxFlattenWithKeys() : registry::JaxFlattenOneLevel();
+            if (jax_fn != nullptr) return PyObject_CallOneArg(jax_fn, tree);
         }
-        if (fn != nullptr) return PyObject_CallOneArg(fn, tree);
+        PyObject* fn = with_keys ? reg->flatten_with_keys : reg->flatten;
+        if (fn != nullptr) return CustomOneLevel(fn, tree, with_keys);
     }
     TreeDef def;
     std::vector<PyObject*> children;

@@ -97,26 +97,48 @@ PyObject* MNodeData(PyObject* self, PyObject*) {
     return def.NodeData(def.nodes.back());
 }
 
-PyObject* MWalk(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "walk() takes 3 arguments (f_node, f_leaf, leaves), %zd given",
-                     nargs);
-        return nullptr;
-    }
-    return Walk(DefOf(self), args[0], OptionalArg(args[1]), args[2]);
+PyObject* MFromIterableTree(PyObject* self, PyObject* tree) { return FromIterableTree(DefOf(self), tree); }
+
+// flatten_up_to takes `tree` by keyword too, as JAX's does (its unflatten, compose and
+// from_iterable_tree are positional-only, as here). The usual positional call costs one
+// comparison more than METH_O would.
+template <PyObject* (*F)(PyObject*, PyObject*), const char* kFunc, const char* kArg>
+PyObject* OneArg(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (nargs == 1 && kwnames == nullptr) return F(self, args[0]);
+    const char* const names[] = {kArg};
+    PyObject* arg;
+    if (!ParseArgs({kFunc, names, 1, 1}, args, nargs, kwnames, &arg)) return nullptr;
+    return F(self, arg);
 }
 
-PyObject* MFromIterableTree(PyObject* self, PyObject* tree) { return FromIterableTree(DefOf(self), tree); }
+constexpr char kFlattenUpTo[] = "flatten_up_to";
+constexpr char kTree[] = "tree";
+
+PyObject* MWalk(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    static const char* const names[] = {"f_node", "f_leaf", "leaves"};
+    PyObject* a[3];
+    if (!ParseArgs({"walk", names, 3, 3}, args, nargs, kwnames, a)) return nullptr;
+    return Walk(DefOf(self), a[0], OptionalArg(a[1]), a[2]);
+}
 
 // from_node_data_and_children(node_data, children), or JAX's spelling with a leading registry
 // argument (ignored: fastree has one registry).
-PyObject* MFromNodeDataAndChildren(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs == 3) return FromNodeDataAndChildren(args[1], args[2]);
-    if (nargs == 2) return FromNodeDataAndChildren(args[0], args[1]);
-    PyErr_Format(PyExc_TypeError,
-                 "from_node_data_and_children() takes (node_data, children), %zd arguments given",
-                 nargs);
-    return nullptr;
+PyObject* MFromNodeDataAndChildren(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                                   PyObject* kwnames) {
+    if (kwnames == nullptr && nargs == 2) return FromNodeDataAndChildren(args[0], args[1]);
+    static const char* const names[] = {"registry", "node_data", "children"};
+    PyObject* a[3];
+    if (!ParseArgs({"from_node_data_and_children", names, 3, 0}, args, nargs, kwnames, a)) {
+        return nullptr;
+    }
+    for (int i = 1; i < 3; ++i) {
+        if (a[i] == nullptr) {
+            PyErr_Format(PyExc_TypeError, "from_node_data_and_children() missing required "
+                         "argument '%s'", names[i]);
+            return nullptr;
+        }
+    }
+    return FromNodeDataAndChildren(a[1], a[2]);
 }
 
 PyObject* MReduce(PyObject* self, PyObject*) { return Reduce(DefOf(self)); }
@@ -130,12 +152,18 @@ PyObject* MToJax(PyObject* self, PyObject*) {
     return PyObject_CallOneArg(g_to_jax_hook, self);
 }
 
+// A METH_FASTCALL | METH_KEYWORDS function, exception-guarded, as a PyCFunction.
+template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)>
+const PyCFunction FastCall =
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
+
 PyMethodDef kMethods[] = {
     {"unflatten", Guard<MUnflatten>, METH_O,
      "unflatten($self, leaves, /)\n--\n\nBuilds a tree of this structure from an iterable of "
      "leaves."},
-    {"flatten_up_to", Guard<MFlattenUpTo>, METH_O,
-     "flatten_up_to($self, tree, /)\n--\n\nFlattens `tree` up to this structure: the subtrees at "
+    {"flatten_up_to", FastCall<OneArg<MFlattenUpTo, kFlattenUpTo, kTree>>,
+     METH_FASTCALL | METH_KEYWORDS,
+     "flatten_up_to($self, tree)\n--\n\nFlattens `tree` up to this structure: the subtrees at "
      "this treedef's leaf positions become the leaves."},
     {"children", Guard<MChildren>, METH_NOARGS,
      "children($self, /)\n--\n\nThe treedefs of the root's children."},
@@ -143,14 +171,13 @@ PyMethodDef kMethods[] = {
      "compose($self, inner, /)\n--\n\nThe treedef of this structure with `inner` at every leaf."},
     {"node_data", Guard<MNodeData>, METH_NOARGS,
      "node_data($self, /)\n--\n\nNone for a leaf, else (type, data) of the root node."},
-    {"walk", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<MWalk>)), METH_FASTCALL,
-     "walk($self, f_node, f_leaf, leaves, /)\n--\n\nFolds the structure bottom-up: "
+    {"walk", FastCall<MWalk>, METH_FASTCALL | METH_KEYWORDS,
+     "walk($self, f_node, f_leaf, leaves)\n--\n\nFolds the structure bottom-up: "
      "f_leaf(leaf) at leaves, f_node(children_tuple, node_data) at nodes."},
     {"from_iterable_tree", Guard<MFromIterableTree>, METH_O,
      "from_iterable_tree($self, tree, /)\n--\n\nRebuilds this structure from nested iterables."},
-    {"from_node_data_and_children",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<MFromNodeDataAndChildren>)),
-     METH_FASTCALL | METH_STATIC,
+    {"from_node_data_and_children", FastCall<MFromNodeDataAndChildren>,
+     METH_FASTCALL | METH_KEYWORDS | METH_STATIC,
      "from_node_data_and_children(node_data, children)\n--\n\nThe inverse of node_data() and "
      "children(). JAX's form with a leading registry argument is accepted too."},
     {"to_jax", Guard<MToJax>, METH_NOARGS,

@@ -20,6 +20,7 @@ from typing import Any
 import jax.tree_util as _jtu
 
 from . import _core
+from ._registration import _require_type
 
 
 class PyTreeRegistry:
@@ -68,6 +69,7 @@ class PyTreeRegistry:
         to_iterable_with_keys: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Any]] | None = None,
     ) -> None:
         """Registers a custom node, as JAX's ``default_registry.register_node`` does."""
+        _require_type(type, "register_node")
         # JAX first: it validates the call and raises its own errors (e.g. a duplicate).
         _jtu.default_registry.register_node(type, to_iterable, from_iterable, to_iterable_with_keys)
         _core.register_node(type, to_iterable, from_iterable, to_iterable_with_keys, False)
@@ -80,8 +82,10 @@ class PyTreeRegistry:
         /,
     ) -> None:
         """Registers a dataclass-like node by field names, as JAX's registry method does."""
-        _jtu.default_registry.register_dataclass_node(type, list(data_fields), list(meta_fields))
-        _core.register_dataclass_node(type, tuple(data_fields), tuple(meta_fields), False)
+        _require_type(type, "register_dataclass_node")
+        data, meta = tuple(data_fields), tuple(meta_fields)  # read once: they may be iterators
+        _jtu.default_registry.register_dataclass_node(type, list(data), list(meta))
+        _core.register_dataclass_node(type, data, meta, False)
 
     def __reduce__(self) -> str:
         # Pickles as the module attribute, so that the one instance stays the only one.

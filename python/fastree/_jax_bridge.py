@@ -62,7 +62,71 @@ def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
     return _to_jax(treedef)
 
 
+# jaxlib added PyTreeDef.from_node_data_and_children in 0.7; the newest jax for Python 3.10
+# (0.6.2) lacks it.
+_JAX_BUILDS_FROM_NODE_DATA = hasattr(_jtu.PyTreeDef, "from_node_data_and_children")
+
+
+# Node kinds in jaxlib's PyTreeDef state (its pickling format before from_node_data_and_children
+# existed): the state is (registry, [(kind, arity, node_data, custom_type, num_leaves,
+# num_nodes), ...]) in post-order.
+_LEAF, _NONE, _TUPLE, _NAMEDTUPLE, _LIST, _DICT, _CUSTOM, _DATACLASS = range(8)
+_BUILTIN_KINDS = {type(None): _NONE, tuple: _TUPLE, list: _LIST, dict: _DICT}
+
+
+def _jax_kind(node_type: type) -> int:
+    entry = _jax_internal._registry.get(node_type)
+    if entry is not None:  # registered with JAX: through register_dataclass, or as a custom node
+        is_dataclass = getattr(entry.to_iter, "__qualname__", "").startswith("register_dataclass.")
+        return _DATACLASS if is_dataclass else _CUSTOM
+    if _core.dataclass_fields(node_type) is not None:  # default_registry.register_dataclass_node
+        return _DATACLASS
+    if issubclass(node_type, tuple) and hasattr(node_type, "_fields"):
+        return _NAMEDTUPLE
+    return _CUSTOM  # default_registry.register_node
+
+
+def _append_jax_state(treedef: _core.PyTreeDef, out: list[tuple[Any, ...]]) -> None:
+    node_data = treedef.node_data()
+    if node_data is None:
+        out.append((_LEAF, 0, None, None, 1, 1))
+        return
+    node_type, data = node_data
+    leaves = treedef.num_leaves
+    if _core.is_identity_type(node_type):  # one node over its unique leaves (see _to_jax)
+        out.extend([(_LEAF, 0, None, None, 1, 1)] * leaves)
+        out.append((_CUSTOM, leaves, treedef, node_type, leaves, leaves + 1))
+        return
+    start = len(out)
+    children = treedef.children()
+    for child in children:
+        _append_jax_state(child, out)
+    kind = _BUILTIN_KINDS.get(node_type)
+    if kind is None:
+        kind = _jax_kind(node_type)
+    if kind == _NAMEDTUPLE:
+        data, custom = node_type, None
+    elif kind in (_CUSTOM, _DATACLASS):
+        custom = node_type
+    else:
+        data, custom = (list(data) if kind == _DICT else None), None
+    out.append((kind, len(children), data, custom, leaves, len(out) - start + 1))
+
+
+def _to_jax_from_state(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
+    # jaxlib before 0.7 cannot build a treedef from node data, but restores one from its
+    # pickling state, looking each custom type up in the registry as unpickling does: no user
+    # code runs.
+    nodes: list[tuple[Any, ...]] = []
+    _append_jax_state(treedef, nodes)
+    converted = _jtu.PyTreeDef.__new__(_jtu.PyTreeDef)
+    converted.__setstate__((_jtu.default_registry, nodes))
+    return converted
+
+
 def _to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
+    if not _JAX_BUILDS_FROM_NODE_DATA:
+        return _to_jax_from_state(treedef)
     node_data = treedef.node_data()
     if node_data is None:
         return _jtu.tree_structure(0)
@@ -119,8 +183,29 @@ def deserialize_using_proto(registry: Any, data: bytes) -> _core.PyTreeDef:
     return from_jax(_jtu.PyTreeDef.deserialize_using_proto(registry, data))
 
 
+def _jax_error_text(call: Any) -> str:
+    try:
+        call()
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+# Texts that changed between JAX releases, asked of the installed JAX once: jax 0.7 began to
+# explain tree_map structure mismatches by key path (before, the bare flatten_up_to error came
+# through) and to list a mismatching dict's keys rather than print the dict.
+_JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
+    lambda: _jtu.tree_map(lambda *_: None, (1,), (1, 2))
+).startswith("pytree structure error")
+_JAX_DICT_MISMATCH_SHOWS_DICT = "; dict: " in _jax_error_text(
+    lambda: _jtu.tree_structure({"a": 1}).flatten_up_to({"b": 1})
+)
+
+
 def _map_error(tree: Any, other: Any, is_leaf: Any, name: str) -> BaseException | None:
     """JAX's explanation of why ``other`` does not have ``tree``'s structure, or None."""
+    if not _JAX_EXPLAINS_MAP_ERRORS:
+        return None
     try:
         errors = _jax_internal.prefix_errors(tree, other, is_leaf)
     except Exception:  # the original, terser error is still raised by the caller
@@ -131,6 +216,7 @@ def _map_error(tree: Any, other: Any, is_leaf: Any, name: str) -> BaseException 
 def install() -> None:
     _core.install_jax_bridge(
         jax_registry=_jax_internal._registry,
+        flatten_one_level=_jtu.default_registry.flatten_one_level,
         flatten_one_level_with_keys=_jtu.default_registry.flatten_one_level_with_keys,
         DictKey=_jtu.DictKey,
         SequenceKey=_jtu.SequenceKey,
@@ -139,3 +225,4 @@ def install() -> None:
         to_jax=to_jax,
         map_error=_map_error,
     )
+    _core.set_dict_mismatch_shows_dict(_JAX_DICT_MISMATCH_SHOWS_DICT)

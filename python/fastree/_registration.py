@@ -21,6 +21,13 @@ Typ = TypeVar("Typ", bound=type[Any])
 H = TypeVar("H")
 
 
+def _require_type(nodetype: Any, function: str) -> None:
+    # JAX accepts any object here and registers it uselessly; fastree refuses, and does so before
+    # anything is registered anywhere, so JAX and fastree never disagree about a registration.
+    if not isinstance(nodetype, type):
+        raise TypeError(f"{function}: expected a type to register, got {nodetype!r}.")
+
+
 def _register_with_jax_as_dag(nodetype: type[Any]) -> None:
     # JAX flattens node by node and would copy shared children: it sees an identity-preserving
     # object as one node holding its unique leaves, with fastree's subtree treedef as aux data.
@@ -48,6 +55,7 @@ def register_pytree_node(
     >>> tu.tree_leaves(Pair(1, [2, 3]))
     [1, 2, 3]
     """
+    _require_type(nodetype, "register_pytree_node")
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:
@@ -76,6 +84,7 @@ def register_pytree_with_keys(
     >>> tu.tree_leaves_with_path(Box(7))
     [((GetAttrKey(name='x'),), 7)]
     """
+    _require_type(nodetype, "register_pytree_with_keys")
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:
@@ -188,6 +197,13 @@ def register_dataclass(
         return lambda t: register_dataclass(
             t, data_fields, meta_fields, drop_fields, preserve_identity=preserve_identity
         )
+    _require_type(nodetype, "register_dataclass")
+    # A one-shot iterable would be used up by JAX's call before fastree's registration reads it:
+    # take its items once. (Sequences stay as given, so JAX's messages show them as passed.)
+    data_fields, meta_fields, drop_fields = (
+        fields if fields is None or isinstance(fields, Sequence) else tuple(fields)
+        for fields in (data_fields, meta_fields, drop_fields)
+    )
     if not preserve_identity:
         _jtu.register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
         data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
@@ -209,8 +225,9 @@ def register_dataclass(
     return nodetype
 
 
-def _static_flatten(obj: Any) -> tuple[tuple[()], Any]:
-    return (), obj
+def _static_flatten(obj: Any) -> tuple[list[Any], Any]:
+    # A list, as the keyless flatten JAX derives for register_static's with-keys function.
+    return [], obj
 
 
 def _static_unflatten(obj: Any, _children: Iterable[Any]) -> Any:
@@ -227,6 +244,7 @@ def register_static(cls: type[H]) -> type[H]:
     >>> tu.tree_leaves([1, Mode('train')])
     [1]
     """
+    _require_type(cls, "register_static")
     _jtu.register_static(cls)
     _core.register_node(cls, _static_flatten, _static_unflatten, _static_flatten)
     return cls

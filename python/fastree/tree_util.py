@@ -8,6 +8,7 @@ JAX's own objects, so ``isinstance`` checks written against JAX keep working.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -44,13 +45,32 @@ T = TypeVar("T")
 
 
 class Unspecified:
-    """Marker for "no initializer/identity given" (None is a valid value)."""
+    """Marker for "no initializer/identity given" (None is a valid value), where JAX has none."""
+
+
+def _jax_sentinel(function: str, parameter: str) -> Any:
+    # JAX's own "not given" default for this parameter (an Unspecified() in recent JAX, a bare
+    # object() in older), so that leaving it out, or passing JAX's marker, means the same here.
+    jax_function = getattr(_jtu, function, None)
+    if jax_function is None:
+        return Unspecified()
+    return inspect.signature(jax_function).parameters[parameter].default
+
+
+def _given(value: Any, sentinel: Any) -> bool:
+    if type(sentinel) is object:
+        return value is not sentinel
+    return not isinstance(value, type(sentinel))
+
+
+_NO_INITIALIZER = _jax_sentinel("tree_reduce", "initializer")
+_NO_IDENTITY = _jax_sentinel("tree_reduce_associative", "identity")
 
 
 def tree_reduce(
     function: Callable[[T, Any], T],
     tree: Any,
-    initializer: T | Unspecified = Unspecified(),
+    initializer: T | Unspecified = _NO_INITIALIZER,
     is_leaf: Callable[[Any], bool] | None = None,
 ) -> T:
     """Folds ``function`` over the leaves, left to right.
@@ -59,9 +79,9 @@ def tree_reduce(
     6
     """
     leaves = tree_leaves(tree, is_leaf)
-    if isinstance(initializer, Unspecified):
-        return functools.reduce(function, leaves)
-    return functools.reduce(function, leaves, initializer)
+    if _given(initializer, _NO_INITIALIZER):
+        return functools.reduce(function, leaves, initializer)
+    return functools.reduce(function, leaves)
 
 
 def _pairwise_reduce(leaves: list[Any], operation: Callable[[T, T], T]) -> Any:
@@ -79,7 +99,7 @@ def tree_reduce_associative(
     operation: Callable[[T, T], T],
     tree: Any,
     *,
-    identity: T | Unspecified = Unspecified(),
+    identity: T | Unspecified = _NO_IDENTITY,
     is_leaf: Callable[[Any], bool] | None = None,
 ) -> T:
     """Reduces the leaves with an associative ``operation`` in a balanced tree.
@@ -89,7 +109,7 @@ def tree_reduce_associative(
     """
     leaves = tree_leaves(tree, is_leaf=is_leaf)
     if not leaves:
-        if isinstance(identity, Unspecified):
+        if not _given(identity, _NO_IDENTITY):
             raise TypeError("Must specify identity for parallel reduction of empty sequence.")
         return identity
     return _pairwise_reduce(leaves, operation)
