@@ -4,6 +4,7 @@
 
 #include "aux_check.h"
 #include "entry_points.h"
+#include "jax_texts.h"
 #include "pyutils.h"
 #include "keys.h"
 #include "registry.h"
@@ -144,9 +145,14 @@ PYBIND11_MODULE(_core, m) {
         py::arg("classify"), py::arg("reporter"),
         "Installs the aux_data checks: classify(type, example) -> bool is asked once per value "
         "type whether it is plain static data; reporter(node_type, aux, tree) warns or raises.");
-    m.def("set_dict_mismatch_shows_dict", [](bool shows_dict) { SetDictMismatchShowsDict(shows_dict); },
-          py::arg("shows_dict"),
-          "Dict key mismatch errors print the dict (JAX before 0.7) or its keys (JAX 0.7+).");
+    m.def(
+        "set_jax_texts",
+        [](bool dict_mismatch_shows_dict, bool aux_equality_names_type) {
+            Texts().dict_mismatch_shows_dict = dict_mismatch_shows_dict;
+            Texts().aux_equality_names_type = aux_equality_names_type;
+        },
+        py::arg("dict_mismatch_shows_dict"), py::arg("aux_equality_names_type"),
+        "Selects the error texts of the installed JAX release (see csrc/jax_texts.h).");
     m.def("set_strict_aux", [](bool strict) { aux::SetStrict(strict); }, py::arg("strict"),
           "Strict mode: aux_data must also be hashable (unhashable containers are reported).");
     m.def(

@@ -205,8 +205,6 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves);
 
 // flatten_up_to.cpp. Appends owned references to `out` (in leaf order).
 bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out);
-// Which of JAX's two texts a dict key mismatch gets (see flatten_up_to.cpp).
-void SetDictMismatchShowsDict(bool shows_dict);
 // The fast case of PyTreeDef.flatten_up_to: a treedef that is one tuple or list of leaves (a
 // 3-leaf tuple, a flat parameter list) cut from a container of exactly that shape, whose items
 // are the answer. A new list; null with no error set where the case does not apply (FlattenUpTo

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dict_items.h"
+#include "jax_texts.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -21,10 +22,6 @@ constexpr const char kNoneHint[] =
     "non-None values. To obtain the previous behavior, you can usually write:\n"
     "  jax.tree.map(lambda x, y: None if x is None else f(x, y), a, b, is_leaf=lambda x: x is "
     "None)";
-
-// JAX 0.7 changed the dict key mismatch text from "...; dict: {the dict}." to
-// "...; present keys: [...]."; the Python layer asks the installed JAX which it prints.
-bool g_dict_mismatch_shows_dict = false;
 
 bool Fail(PyObject* type, const std::string& message) {
     PyErr_SetString(type, message.c_str());
@@ -196,7 +193,7 @@ class PrefixWalker {
         }
         if (!equal) {
             std::string message = "Dict key mismatch; expected keys: " + KeyListStr(expected, n);
-            if (g_dict_mismatch_shows_dict) {
+            if (Texts().dict_mismatch_shows_dict) {
                 message += "; dict: " + Repr(obj) + ".";
             } else {
                 std::vector<PyObject*> present;
@@ -390,8 +387,6 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out, i, Py_NewRef(items[i]));
     return out;
 }
-
-void SetDictMismatchShowsDict(bool shows_dict) { g_dict_mismatch_shows_dict = shows_dict; }
 
 bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {
     PrefixWalker walker(def, out);

@@ -5,6 +5,9 @@
 // and not aux_data, which may be unhashable; unlike JAX it also mixes in dict keys, which are
 // always hashable, so same-shaped dicts with different keys spread across buckets. The hash is
 // computed once and cached in the (immutable) treedef.
+#include <string>
+
+#include "jax_texts.h"
 #include "pyutils.h"
 #include "treedef.h"
 
@@ -83,11 +86,16 @@ int Equal(const TreeDef& a, const TreeDef& b) {
             int ne = PyObject_RichCompareBool(dx, dy, Py_NE);
             if (ne < 0) {
                 // JAX's explanation, with the comparison's own error as the cause.
-                RaiseFromCurrent(PyExc_ValueError,
-                                 "Exception raised while checking equality of metadata fields of "
-                                 "pytree. Make sure that metadata fields are hashable and have "
-                                 "simple equality semantics. (Note: arrays cannot be passed as "
-                                 "metadata fields!)");
+                std::string message = "Exception raised while checking equality of metadata "
+                                      "fields of pytree";
+                const Registration* custom = a.payloads[x.payload].custom;
+                if (Texts().aux_equality_names_type && custom != nullptr) {
+                    message += " node of type " + Repr(custom->type);
+                }
+                message += ". Make sure that metadata fields are hashable and have simple "
+                           "equality semantics. (Note: arrays cannot be passed as metadata "
+                           "fields!)";
+                RaiseFromCurrent(PyExc_ValueError, message.c_str());
                 return -1;
             }
             if (ne != 0) return 0;

@@ -191,14 +191,32 @@ def _jax_error_text(call: Any) -> str:
     return ""
 
 
-# Texts that changed between JAX releases, asked of the installed JAX once: jax 0.7 began to
-# explain tree_map structure mismatches by key path (before, the bare flatten_up_to error came
-# through) and to list a mismatching dict's keys rather than print the dict.
+class _Incomparable:
+    """A callable whose comparison raises: Partial aux data for probing JAX's error text."""
+
+    def __call__(self) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        raise TypeError("incomparable")
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__
+
+
+# Texts that changed between JAX releases, asked of the installed JAX once (see also
+# csrc/jax_texts.h): jax 0.7 began to explain tree_map structure mismatches by key path
+# (before, the bare flatten_up_to error came through) and to list a mismatching dict's keys
+# rather than print the dict; jax 0.12 names the node type when comparing aux data raises.
 _JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
     lambda: _jtu.tree_map(lambda *_: None, (1,), (1, 2))
 ).startswith("pytree structure error")
 _JAX_DICT_MISMATCH_SHOWS_DICT = "; dict: " in _jax_error_text(
     lambda: _jtu.tree_structure({"a": 1}).flatten_up_to({"b": 1})
+)
+_JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
+    lambda: _jtu.tree_structure(_jtu.Partial(_Incomparable()))
+    == _jtu.tree_structure(_jtu.Partial(_Incomparable()))
 )
 
 
@@ -225,4 +243,7 @@ def install() -> None:
         to_jax=to_jax,
         map_error=_map_error,
     )
-    _core.set_dict_mismatch_shows_dict(_JAX_DICT_MISMATCH_SHOWS_DICT)
+    _core.set_jax_texts(
+        dict_mismatch_shows_dict=_JAX_DICT_MISMATCH_SHOWS_DICT,
+        aux_equality_names_type=_JAX_AUX_EQUALITY_NAMES_TYPE,
+    )

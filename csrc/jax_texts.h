@@ -1,0 +1,21 @@
+// Error texts that differ between JAX releases. fastree matches the installed JAX: the Python
+// layer asks it once at import (fastree/_jax_bridge.py) and sets these.
+#pragma once
+
+namespace fastree {
+
+struct JaxTexts {
+    // Before jax 0.7 a dict key mismatch printed the dict ("...; dict: {...}."); since, it lists
+    // the keys present ("...; present keys: [...].").
+    bool dict_mismatch_shows_dict = false;
+    // jax 0.12 names the node type when comparing metadata (aux data) raises ("... metadata
+    // fields of pytree node of type <class ...>. ..."); before, "... of pytree. ...".
+    bool aux_equality_names_type = false;
+};
+
+inline JaxTexts& Texts() {
+    static JaxTexts texts;  // written once at import, under the GIL
+    return texts;
+}
+
+}  // namespace fastree
