@@ -69,7 +69,17 @@ PyObject* GetNumNodes(PyObject* self, void*) { return PyLong_FromSsize_t(DefOf(s
 
 PyObject* MUnflatten(PyObject* self, PyObject* leaves) { return UnflattenIterable(DefOf(self), leaves); }
 
-PyObject* MFlattenUpTo(PyObject* self, PyObject* tree) {
+// Takes `tree` by keyword too, as JAX's flatten_up_to does (its unflatten, compose and
+// from_iterable_tree are positional-only, as here).
+PyObject* MFlattenUpTo(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames) {
+    PyObject* tree;
+    if (nargs == 1 && kwnames == nullptr) {
+        tree = args[0];
+    } else {
+        static const char* const names[] = {"tree"};
+        if (!ParseArgs({"flatten_up_to", names, 1, 1}, args, nargs, kwnames, &tree)) return nullptr;
+    }
     if (PyObject* list = FlattenUpToSequence(DefOf(self), tree)) return list;
     if (PyErr_Occurred()) return nullptr;
     ScratchVector out_buf;  // pooled: no allocation per call
@@ -98,21 +108,6 @@ PyObject* MNodeData(PyObject* self, PyObject*) {
 }
 
 PyObject* MFromIterableTree(PyObject* self, PyObject* tree) { return FromIterableTree(DefOf(self), tree); }
-
-// flatten_up_to takes `tree` by keyword too, as JAX's does (its unflatten, compose and
-// from_iterable_tree are positional-only, as here). The usual positional call costs one
-// comparison more than METH_O would.
-template <PyObject* (*F)(PyObject*, PyObject*), const char* kFunc, const char* kArg>
-PyObject* OneArg(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    if (nargs == 1 && kwnames == nullptr) return F(self, args[0]);
-    const char* const names[] = {kArg};
-    PyObject* arg;
-    if (!ParseArgs({kFunc, names, 1, 1}, args, nargs, kwnames, &arg)) return nullptr;
-    return F(self, arg);
-}
-
-constexpr char kFlattenUpTo[] = "flatten_up_to";
-constexpr char kTree[] = "tree";
 
 PyObject* MWalk(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     static const char* const names[] = {"f_node", "f_leaf", "leaves"};
@@ -161,8 +156,7 @@ PyMethodDef kMethods[] = {
     {"unflatten", Guard<MUnflatten>, METH_O,
      "unflatten($self, leaves, /)\n--\n\nBuilds a tree of this structure from an iterable of "
      "leaves."},
-    {"flatten_up_to", FastCall<OneArg<MFlattenUpTo, kFlattenUpTo, kTree>>,
-     METH_FASTCALL | METH_KEYWORDS,
+    {"flatten_up_to", FastCall<MFlattenUpTo>, METH_FASTCALL | METH_KEYWORDS,
      "flatten_up_to($self, tree)\n--\n\nFlattens `tree` up to this structure: the subtrees at "
      "this treedef's leaf positions become the leaves."},
     {"children", Guard<MChildren>, METH_NOARGS,
