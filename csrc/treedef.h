@@ -192,8 +192,9 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, Scratch
              std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths);
 
 // Flattens only the root: each child becomes a leaf of `def` (and, with paths, of `paths`).
+// `report_root`: the tree `node` belongs to, if not itself (for aux-data reports).
 bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* children,
-                     std::vector<PyObject*>* paths);
+                     std::vector<PyObject*>* paths, PyObject* report_root = nullptr);
 
 // unflatten.cpp. Builds one node from its children (references consumed, success or not).
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children);
@@ -241,6 +242,8 @@ PyObject* FromIterableTree(const TreeDef& def, PyObject* obj);
 // map.cpp: tree_map / tree_map_with_path. `rest` holds the extra trees.
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
               PyObject* is_leaf, bool with_path, bool is_leaf_takes_path);
+// map_single_pass.cpp: tree_map(f, tree) with no is_leaf and no other trees, in one walk.
+PyObject* MapSinglePass(PyObject* f, PyObject* tree);
 // Hook the Python layer installs to explain a structure mismatch in tree_map (JAX's key-path
 // message). Called as hook(tree, other, is_leaf, func_name) -> exception or None.
 void SetMapErrorHook(PyObject* hook);

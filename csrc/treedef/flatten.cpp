@@ -69,8 +69,10 @@ class Flattener {
         if (seen_) seen_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
     }
 
-    bool Run(PyObject* root) {
-        root_ = root;
+    // `report_root`: the whole tree, when `root` is only part of it (aux-data reports locate
+    // the offending node from there).
+    bool Run(PyObject* root, PyObject* report_root = nullptr) {
+        root_ = report_root != nullptr ? report_root : root;
         return Visit(root);
     }
 
@@ -625,13 +627,13 @@ bool Run(PyObject* tree, PyObject* is_leaf, bool takes_path, TreeDef* def,
 }  // namespace
 
 bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* children,
-                     std::vector<PyObject*>* paths) {
+                     std::vector<PyObject*>* paths, PyObject* report_root) {
     if (paths != nullptr) {
         Flattener<true, true> f(nullptr, false, def, children, paths, /*one_level=*/true);
-        return f.Run(node);
+        return f.Run(node, report_root);
     }
     Flattener<true, false> f(nullptr, false, def, children, nullptr, /*one_level=*/true);
-    return f.Run(node);
+    return f.Run(node, report_root);
 }
 
 namespace {
