@@ -21,6 +21,12 @@
 //  - A container is read when the walk reaches it, so an f that mutates parts of the input it
 //    has not reached yet is seen doing so (JAX would have read them before). Never unsafe: every
 //    child is held by a reference while it is mapped.
+//  - f and rebuild functions (unflatten functions, namedtuple constructors) run inside the walk,
+//    where JAX runs them from the top. Up to Python 3.11 their frames count against the same
+//    recursion limit, so a tree nested to within a level or two of sys.getrecursionlimit() can
+//    raise RecursionError here where JAX's tree_map would not.
+//  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
+//    later occurrence gets that output, as the treedef's shared references do on the general path.
 #include <memory>
 #include <vector>
 
@@ -74,6 +80,10 @@ class SinglePassMapper {
     }
 
     bool failed() const { return f_error_type_ != nullptr; }
+
+    // What a node returns instead of being built: null for a flatten error (set), else, f having
+    // failed, a placeholder.
+    static PyObject* Stopped() { return PyErr_Occurred() ? nullptr : Py_NewRef(Py_None); }
 
     PyObject* CallF(PyObject* leaf) {
         if (failed()) return Py_NewRef(Py_None);
@@ -130,7 +140,7 @@ class SinglePassMapper {
         if (!MapEach(items.size(), [&](size_t i) -> PyObject*& { return items[i]; }) ||
             failed()) {
             for (PyObject* item : items) Py_DECREF(item);
-            return failed() ? Py_NewRef(Py_None) : nullptr;
+            return Stopped();
         }
         PyObject* out = is_list ? PyList_New(n) : PyTuple_New(n);
         if (out == nullptr) {
@@ -151,7 +161,7 @@ class SinglePassMapper {
         const size_t n = items.size();
         if (!MapEach(n, [&](size_t i) -> PyObject*& { return items[i].value; }) || failed()) {
             ReleaseItems(items, 0);
-            return failed() ? Py_NewRef(Py_None) : nullptr;
+            return Stopped();
         }
         // Insertion in sorted-key order, as JAX's unflatten does.
         PyObject* out = _PyDict_NewPresized(static_cast<Py_ssize_t>(n));
@@ -181,7 +191,7 @@ class SinglePassMapper {
         }
         if (!ok || failed()) {  // no unflatten function sees a placeholder
             DecrefAll(children);
-            return failed() ? Py_NewRef(Py_None) : nullptr;
+            return Stopped();
         }
         PyObject* out = BuildNode(one.def, one.def.nodes.back(), children.data());
         children.clear();  // BuildNode consumed them
