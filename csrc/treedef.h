@@ -198,6 +198,13 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
 
 // unflatten.cpp. Builds one node from its children (references consumed, success or not).
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children);
+// Fills `mapping` with keys[i] -> children[i] through __setitem__ (children consumed, success or
+// not): how OrderedDict and defaultdict nodes are rebuilt.
+bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, Py_ssize_t n);
+// A register_dataclass instance from its meta-field values (a tuple) and its `n` data-field
+// children (references consumed, success or not).
+PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children,
+                         Py_ssize_t n);
 // JAX's "Too few/many leaves for PyTreeDef" errors; false with the error set.
 bool CheckLeafCount(const TreeDef& def, Py_ssize_t n);
 // Builds the tree from `n` borrowed leaves; raises JAX's leaf-count errors.

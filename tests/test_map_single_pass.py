@@ -22,6 +22,7 @@ from helpers import (
     KeysClass,
     NodeClass,
     Pair,
+    Point,
     WithKeys,
     assert_same_error,
     assert_trees_equal,
@@ -77,6 +78,7 @@ def _mixed_tree():
         "extra": collections.defaultdict(list, {"q": (6,), "p": 7}),
         "logged": Logged(8, Logged(9)),
         "custom": [Pair(10, 11), NodeClass(10, 11), KeysClass(10, 11), WithKeys(10, 11)],
+        "dataclass": Point(12, 13, "p"),
     }
 
 
@@ -298,6 +300,64 @@ def test_refcounts_unchanged_on_every_exit(outcome):
             pass
     gc.collect()
     assert _refcounts(leaves + keys) == before
+
+
+class KeysOnly:
+    """Registered in the core with only a with-keys flatten function (the public functions always
+    add a keyless one): the single pass takes such nodes apart through a one-level flatten."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __eq__(self, other):
+        return type(other) is KeysOnly and (self.a, self.b) == (other.a, other.b)
+
+    __hash__ = None
+
+
+def _keys_only_flatten(node):
+    return [(jtu.GetAttrKey("a"), node.a), (jtu.GetAttrKey("b"), node.b)], "aux"
+
+
+jtu.register_pytree_with_keys(KeysOnly, _keys_only_flatten, lambda aux, kids: KeysOnly(*kids))
+fastree._core.register_node(
+    KeysOnly, None, lambda aux, kids: KeysOnly(*kids), _keys_only_flatten, False
+)
+
+_KINDS = {
+    "list": lambda a, b: [a, b],
+    "tuple": lambda a, b: (a, b),
+    "dict": lambda a, b: {"b": a, "a": b},
+    "namedtuple": Pt,
+    "ordered_dict": lambda a, b: collections.OrderedDict(b=a, a=b),
+    "defaultdict": lambda a, b: collections.defaultdict(list, b=a, a=b),
+    "custom": Logged,
+    "custom_with_keys": KeysClass,
+    "custom_with_keys_only": KeysOnly,
+    "dataclass": lambda a, b: Point(a, b, "p"),
+}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_each_node_kind_maps_as_in_jax_and_leaks_nothing(kind):
+    make = _KINDS[kind]
+    leaves = [object() for _ in range(4)]
+    tree = [make(leaves[0], make(leaves[1], leaves[2])), leaves[3]]
+    got = tu.tree_map(lambda x: ("m", id(x)), tree)
+    assert_trees_equal(got, jtu.tree_map(lambda x: ("m", id(x)), tree))
+
+    def fail_on_third(x):
+        if x is leaves[2]:
+            raise Boom()
+        return x
+
+    before = _refcounts(leaves)
+    for _ in range(500):
+        tu.tree_map(lambda x: x, tree)
+        with pytest.raises(Boom):
+            tu.tree_map(fail_on_third, tree)
+    gc.collect()
+    assert _refcounts(leaves) == before
 
 
 def test_results_own_their_references():

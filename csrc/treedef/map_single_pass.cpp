@@ -30,6 +30,8 @@
 #include <memory>
 #include <vector>
 
+#include "aux_check.h"
+#include "custom_output.h"
 #include "dict_items.h"
 #include "pointer_map.h"
 #include "pyutils.h"
@@ -109,8 +111,126 @@ class SinglePassMapper {
             case NodeKind::kDict:
                 return VisitDict(obj);
             default:
-                return reg->preserve_identity ? VisitShared(obj) : VisitRegistered(obj);
+                return reg->preserve_identity ? VisitShared(obj, reg) : VisitRegistered(obj, reg);
         }
+    }
+
+    // The common registered kinds have paths of their own here; the rest go through
+    // VisitOneLevel, which costs a throw-away one-node treedef per node.
+    PyObject* VisitRegistered(PyObject* obj, const Registration* reg) {
+        switch (reg->kind) {
+            case NodeKind::kNamedTuple:
+                return VisitNamedTuple(obj);
+            case NodeKind::kDataclass:
+                return VisitDataclass(obj, reg);
+            case NodeKind::kOrderedDict:
+            case NodeKind::kDefaultDict:
+                return VisitMapping(obj, reg);
+            case NodeKind::kCustom:
+                if (reg->flatten != nullptr) return VisitCustom(obj, reg);
+                break;
+            default:
+                break;
+        }
+        return VisitOneLevel(obj);
+    }
+
+    // A namedtuple is a tuple: mapped as one, then rebuilt as type(*items), as unflatten does.
+    PyObject* VisitNamedTuple(PyObject* obj) {
+        PyObject* items = VisitSequence(obj, /*is_list=*/false);
+        if (items == nullptr || failed()) return items;
+        PyObject* out = PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items, nullptr);
+        Py_DECREF(items);
+        return out;
+    }
+
+    // register_dataclass: fields read and the instance rebuilt by flatten's and unflatten's rules
+    // (meta fields as aux_data, checked; data fields as children; the class called by keyword).
+    PyObject* VisitDataclass(PyObject* obj, const Registration* reg) {
+        SmallVector<PyObject*, 8> children;  // owned
+        Ref meta;
+        {
+            RecursionGuard guard(kRecursionWhere);
+            if (!guard.ok()) return nullptr;
+            meta = Ref(GetAttrs(obj, reg->meta_fields));
+            if (!meta || !aux::Check(reg->type, meta.get(), root_)) return nullptr;
+            Ref data(GetAttrs(obj, reg->data_fields));
+            if (!data) return nullptr;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(data.get()); ++i) {
+                children.push_back(Py_NewRef(PyTuple_GET_ITEM(data.get(), i)));
+            }
+            if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
+                failed()) {
+                for (PyObject* child : children) Py_DECREF(child);
+                return Stopped();
+            }
+        }
+        return BuildDataclass(reg, meta.get(), children.begin(),
+                              static_cast<Py_ssize_t>(children.size()));
+    }
+
+    // OrderedDict (its own iteration order) and defaultdict (sorted keys, as a dict), rebuilt as
+    // unflatten does: a new instance (with the same default_factory), filled through __setitem__.
+    PyObject* VisitMapping(PyObject* obj, const Registration* reg) {
+        const bool ordered = reg->kind == NodeKind::kOrderedDict;
+        Items items;  // owned (key, child) pairs
+        Ref factory;
+        {
+            RecursionGuard guard(kRecursionWhere);
+            if (!guard.ok()) return nullptr;
+            if (ordered ? !GatherOrderedItems(obj, items)
+                        : !GatherDictItems(obj, items, /*wrap_error=*/false)) {
+                return nullptr;
+            }
+            if (!ordered) {
+                factory = Ref(PyObject_GetAttrString(obj, "default_factory"));
+                if (!factory) {
+                    ReleaseItems(items, 0);
+                    return nullptr;
+                }
+            }
+            if (!MapEach(items.size(), [&](size_t i) -> PyObject*& { return items[i].value; }) ||
+                failed()) {
+                ReleaseItems(items, 0);
+                return Stopped();
+            }
+        }
+        PyObject* out = ordered ? PyObject_CallNoArgs(reg->type)
+                                : PyObject_CallOneArg(reg->type, factory.get());
+        for (size_t i = 0; out != nullptr && i < items.size(); ++i) {
+            if (PyObject_SetItem(out, items[i].key, items[i].value) < 0) Py_CLEAR(out);
+        }
+        ReleaseItems(items, 0);
+        return out;
+    }
+
+    // An OrderedDict's items in its own order (it can differ from the underlying dict's), as
+    // flatten reads them: the keys first, then each value by lookup.
+    static bool GatherOrderedItems(PyObject* obj, Items& items) {
+        Ref keys(PySequence_List(obj));
+        if (!keys) return false;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+            PyObject* key = PyList_GET_ITEM(keys.get(), i);
+            PyObject* value = PyObject_GetItem(obj, key);
+            if (value == nullptr) {
+                ReleaseItems(items, 0);
+                return false;
+            }
+            items.push_back(Item{Py_NewRef(key), value});
+        }
+        return true;
+    }
+
+    // A tuple of getattr(obj, name) for each name in `names`.
+    static PyObject* GetAttrs(PyObject* obj, PyObject* names) {
+        const Py_ssize_t n = PyTuple_GET_SIZE(names);
+        PyObject* out = PyTuple_New(n);
+        for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
+            PyObject* v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+            if (v == nullptr) Py_CLEAR(out);
+            else PyTuple_SET_ITEM(out, i, v);
+        }
+        return out;
     }
 
     // Replaces the owned reference slot(i), for i < n, by its mapped value. On a flatten error
@@ -172,8 +292,65 @@ class SinglePassMapper {
         return out;
     }
 
+    // A custom node with a flatten function (nearly every registered class, and JAX's own
+    // registrations): its functions called directly, with flatten's checks and errors, rather
+    // than through a one-level treedef built and dropped per node.
+    PyObject* VisitCustom(PyObject* obj, const Registration* reg) {
+        SmallVector<PyObject*, 8> children;  // owned
+        Ref result;
+        PyObject* aux = nullptr;  // borrowed from `result`
+        {
+            // Held while flatten runs and the children are mapped, as in flatten.
+            RecursionGuard guard(kRecursionWhere);
+            if (!guard.ok()) return nullptr;
+            result = Ref(PyObject_CallOneArg(reg->flatten, obj));
+            if (!result) return nullptr;
+            PyObject* kids;
+            if (!SplitFlattenResult(result.get(), /*with_keys=*/false, &kids, &aux) ||
+                !aux::Check(reg->type, aux, root_) || !TakeChildren(kids, result.get(), children)) {
+                return nullptr;
+            }
+            if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
+                failed()) {
+                for (PyObject* child : children) Py_DECREF(child);
+                return Stopped();
+            }
+        }
+        // unflatten(aux_data, children_tuple), as unflatten calls it.
+        const Py_ssize_t n = static_cast<Py_ssize_t>(children.size());
+        PyObject* tuple = PyTuple_New(n);
+        if (tuple == nullptr) {
+            for (PyObject* child : children) Py_DECREF(child);
+            return nullptr;
+        }
+        for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(tuple, i, children[i]);
+        PyObject* args[2] = {aux, tuple};
+        PyObject* out = PyObject_Vectorcall(reg->unflatten, args, 2, nullptr);
+        Py_DECREF(tuple);
+        return out;
+    }
+
+    // Appends owned references to the children half of a flatten result; JAX's error if it is not
+    // iterable.
+    static bool TakeChildren(PyObject* kids, PyObject* result, SmallVector<PyObject*, 8>& out) {
+        if (PyTuple_CheckExact(kids)) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kids); ++i) {
+                out.push_back(Py_NewRef(PyTuple_GET_ITEM(kids, i)));
+            }
+            return true;
+        }
+        PyObject* it = IterChildren(kids, result, /*with_keys=*/false);
+        if (it == nullptr) return false;
+        while (PyObject* child = PyIter_Next(it)) out.push_back(child);
+        Py_DECREF(it);
+        if (!PyErr_Occurred()) return true;
+        for (PyObject* child : out) Py_DECREF(child);
+        out.clear();
+        return false;
+    }
+
     // Any other node: taken apart and rebuilt by flatten's and unflatten's own code.
-    PyObject* VisitRegistered(PyObject* obj) {
+    PyObject* VisitOneLevel(PyObject* obj) {
         ScratchTreeDef one;  // this node alone, its children as leaves
         ScratchVector children_buf;
         std::vector<PyObject*>& children = children_buf.get();
@@ -199,7 +376,7 @@ class SinglePassMapper {
     }
 
     // Identity-preserving nodes: mapped once; every later occurrence gets that same output.
-    PyObject* VisitShared(PyObject* obj) {
+    PyObject* VisitShared(PyObject* obj, const Registration* reg) {
         if (!identity_) identity_ = std::make_unique<PointerMap>();
         bool inserted;
         PointerMap::Slot* slot = identity_->FindOrInsert(obj, kInProgress, &inserted);
@@ -208,7 +385,7 @@ class SinglePassMapper {
             return Py_NewRef(identity_outputs_[static_cast<size_t>(slot->value)]);
         }
         Py_INCREF(obj);  // owned by the map from here on
-        PyObject* out = VisitRegistered(obj);
+        PyObject* out = VisitRegistered(obj, reg);
         if (out == nullptr) return nullptr;
         identity_->Find(obj)->value = static_cast<Py_ssize_t>(identity_outputs_.size());
         identity_outputs_.push_back(Py_NewRef(out));

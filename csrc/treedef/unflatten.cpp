@@ -17,7 +17,8 @@ PyObject* StealTuple(PyObject** items, Py_ssize_t n) {
     return t;
 }
 
-// Fills `mapping` with keys[i] -> children[i] (children consumed).
+}  // namespace
+
 bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         if (PyObject_SetItem(mapping, keys[i], children[i]) < 0) {
@@ -28,6 +29,8 @@ bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, 
     }
     return true;
 }
+
+namespace {
 
 PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** children, Py_ssize_t n) {
     if (mapping == nullptr) {
@@ -47,15 +50,21 @@ PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** child
     return mapping;
 }
 
-PyObject* BuildDataclass(const Node& node, const NodePayload& payload, PyObject** children) {
-    const Registration* reg = payload.custom;
-    const Py_ssize_t n = node.arity;
+}  // namespace
+
+PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children,
+                         Py_ssize_t n) {
+    if (n > PyTuple_GET_SIZE(reg->data_fields)) {
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
+        PyErr_SetString(PyExc_ValueError, "fastree: dataclass node with more children than fields");
+        return nullptr;
+    }
     PyObject* kwargs = PyDict_New();
     bool ok = kwargs != nullptr;
     const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
     for (Py_ssize_t i = 0; ok && i < m; ++i) {
         ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->meta_fields, i),
-                            PyTuple_GET_ITEM(payload.data, i)) == 0;
+                            PyTuple_GET_ITEM(meta_values, i)) == 0;
     }
     for (Py_ssize_t i = 0; ok && i < n; ++i) {
         ok = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(reg->data_fields, i), children[i]) == 0;
@@ -71,8 +80,6 @@ PyObject* BuildDataclass(const Node& node, const NodePayload& payload, PyObject*
     Py_DECREF(kwargs);
     return out;
 }
-
-}  // namespace
 
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
     const Py_ssize_t n = node.arity;
@@ -113,7 +120,7 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
                                                     PyTuple_GET_ITEM(payload().data, 0)),
                                 PyTuple_GET_ITEM(payload().data, 1), children, n);
         case NodeKind::kDataclass:
-            return BuildDataclass(node, payload(), children);
+            return BuildDataclass(payload().custom, payload().data, children, n);
         case NodeKind::kCustom: {
             PyObject* tuple = StealTuple(children, n);
             if (tuple == nullptr) return nullptr;
