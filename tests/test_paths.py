@@ -179,3 +179,78 @@ def test_sequence_keys_of_a_long_list():
             assert type(paths[i][0]) is jtu.SequenceKey
             assert paths[i][0].idx == i
     assert len(paths) == n
+
+
+# ------------------------------------------------------------------------------------------------
+# deep paths: past the first few levels, a path tuple's references to its (shared, cached) key
+# entries are added per distinct entry (csrc/path_stack.h); counts must come out exactly right.
+
+
+class _Watched:
+    """A custom node keyed by one watched object at every level (the worst case for sharing)."""
+
+    def __init__(self, child):
+        self.child = child
+
+
+_WATCHED_KEY = jtu.GetAttrKey("watched_child")
+tu.register_pytree_with_keys(
+    _Watched,
+    lambda n: (((_WATCHED_KEY, n.child),), None),
+    lambda aux, kids: _Watched(*kids),
+)
+
+
+def _deep(depth, wrap):
+    tree = object()
+    for i in range(depth):
+        tree = wrap(tree, i)
+    return tree
+
+
+_DEEP_WRAPS = {
+    "lists": lambda t, i: [i, t],
+    "dicts": lambda t, i: {"k": t, "leaf": i},
+    "mixed": lambda t, i: [{"k": (i, t)}] if i % 2 else (t, i),
+    "one_shared_key": lambda t, i: _Watched(t),
+}
+
+
+@pytest.mark.parametrize("wrap", list(_DEEP_WRAPS), ids=list(_DEEP_WRAPS))
+@pytest.mark.parametrize("depth", [7, 8, 9, 40])
+def test_deep_paths_match_jax(wrap, depth):
+    tree = _deep(depth, _DEEP_WRAPS[wrap])
+    assert_paths_equal(tu.tree_flatten_with_path(tree)[0], jtu.tree_flatten_with_path(tree)[0])
+    assert_paths_equal(tu.tree_leaves_with_path(tree), jtu.tree_leaves_with_path(tree))
+    got = tu.tree_map_with_path(lambda p, x: (len(p), x), tree)
+    assert_trees_equal(got, jtu.tree_map_with_path(lambda p, x: (len(p), x), tree))
+
+
+def test_deep_path_refcounts_exact():
+    import gc
+    import sys
+
+    tree = _deep(60, _DEEP_WRAPS["one_shared_key"])
+    gc.collect()
+    before = sys.getrefcount(_WATCHED_KEY)
+    paths = tu.tree_flatten_with_path(tree)[0]
+    # One reference per occurrence in the one 60-entry path tuple.
+    assert sys.getrefcount(_WATCHED_KEY) == before + 60
+    del paths
+    for _ in range(2000):
+        tu.tree_flatten_with_path(tree)
+        tu.tree_map_with_path(lambda p, x: x, tree)
+    # is_leaf with paths raising deep inside: the partial paths are released exactly once too.
+    calls = []
+
+    def late(path, x):
+        calls.append(1)
+        if len(path) > 30:
+            raise ValueError("deep")
+        return False
+
+    for _ in range(200):
+        with pytest.raises(ValueError, match="deep"):
+            tu.tree_flatten_with_path(tree, is_leaf=late, is_leaf_takes_path=True)
+    gc.collect()
+    assert sys.getrefcount(_WATCHED_KEY) == before

@@ -12,6 +12,7 @@
 #include "custom_output.h"
 #include "dict_items.h"
 #include "keys.h"
+#include "path_stack.h"
 #include "pointer_map.h"
 #include "pyutils.h"
 #include "scratch.h"
@@ -65,7 +66,6 @@ class Flattener {
           paths_(paths) {}
 
     ~Flattener() {
-        DecrefAll(path_);
         if (seen_) seen_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
     }
 
@@ -185,10 +185,9 @@ class Flattener {
     bool Child(PyObject* child, PyObject* key) {
         if constexpr (kPaths) {
             if (key == nullptr) return false;
-            path_.push_back(key);
+            path_.Push(key);
             bool ok = one_level_ ? AddLeaf(child) : Visit(child);
-            path_.pop_back();
-            Py_DECREF(key);
+            path_.Pop();
             return ok;
         } else {
             (void)key;
@@ -196,14 +195,7 @@ class Flattener {
         }
     }
 
-    PyObject* PathTuple() {
-        PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(path_.size()));
-        if (t == nullptr) return nullptr;
-        for (size_t i = 0; i < path_.size(); ++i) {
-            PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(path_[i]));
-        }
-        return t;
-    }
+    PyObject* PathTuple() { return path_.NewTuple(); }
 
     // ---- built-in containers
 
@@ -425,9 +417,10 @@ class Flattener {
 
     bool RaiseCycle(PyObject* obj) {
         if constexpr (kPaths) {
-            std::vector<PyObject*> outer(path_.begin(), path_.begin() + entry_depth_[obj]);
+            std::vector<PyObject*> outer(path_.entries().begin(),
+                                        path_.entries().begin() + entry_depth_[obj]);
             std::string outer_path = KeyStr(outer);
-            std::string inner_path = KeyStr(path_);
+            std::string inner_path = KeyStr(path_.entries());
             PyErr_Format(PyExc_ValueError,
                          "Reference cycle through an identity-preserving node: the %R at key "
                          "path %s contains itself (again at key path %s).",
@@ -604,7 +597,7 @@ class Flattener {
     TreeDef* def_;
     std::vector<PyObject*>* leaves_;
     std::vector<PyObject*>* paths_;
-    std::vector<PyObject*> path_;  // owned key entries from the root to the current node
+    PathStack path_;  // key entries from the root to the current node
     // Identity-preserving objects met so far -> index of their node (kInProgress while their
     // subtree is being visited). Owns a reference to each object, so a temporary freed during
     // this flatten cannot hand its address to a new object. Allocated on first use only.
