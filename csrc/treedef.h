@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "registry.h"
@@ -53,6 +54,9 @@ struct Node {
     NodeKind kind = NodeKind::kLeaf;
     // True if some kSharedRef node repeats this one (unflatten must remember what it built).
     bool shared_target = false;
+    // Always zero. With no padding left, two treedefs of the same shape have byte-identical node
+    // vectors, which lets Equal compare them with one memcmp.
+    uint16_t reserved = 0;
     // Number of direct children (0 for leaves and None).
     Count arity = 0;
     // Leaves in the subtree rooted here.
@@ -73,6 +77,8 @@ struct Node {
     };
 };
 static_assert(sizeof(Node) == 20, "Node is meant to stay small: one is written per leaf");
+static_assert(std::has_unique_object_representations_v<Node>,
+              "Node must have no padding: Equal compares node vectors with memcmp");
 
 // The structure proper; move-only, owns the references in its payloads and keys.
 struct TreeDef {

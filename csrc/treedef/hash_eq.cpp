@@ -5,6 +5,7 @@
 // and not aux_data, which may be unhashable; unlike JAX it also mixes in dict keys, which are
 // always hashable, so same-shaped dicts with different keys spread across buckets. The hash is
 // computed once and cached in the (immutable) treedef.
+#include <cstring>
 #include <string>
 
 #include "jax_texts.h"
@@ -48,58 +49,99 @@ Py_hash_t Hash(PyTreeDefObject* self) {
     return out;
 }
 
-int Equal(const TreeDef& a, const TreeDef& b) {
-    if (&a == &b) return 1;
-    if (a.nodes.size() != b.nodes.size()) return 0;
-    // Cheap structural pass first, so unequal shapes never call into Python.
+namespace {
+
+// The shape, node by node: kinds, arities, shared references, node types. No Python code runs.
+bool SameShape(const TreeDef& a, const TreeDef& b) {
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
-        if (x.kind != y.kind || x.arity != y.arity) return 0;
+        if (x.kind != y.kind || x.arity != y.arity) return false;
         if (x.kind == NodeKind::kSharedRef) {
-            if (x.ref != y.ref) return 0;
+            if (x.ref != y.ref) return false;
         } else if (HasPayload(x.kind)) {
             const NodePayload& px = a.payloads[x.payload];
             const NodePayload& py = b.payloads[y.payload];
-            if (px.custom != py.custom) return 0;
-            if (x.kind == NodeKind::kNamedTuple && px.data != py.data) return 0;
+            if (px.custom != py.custom) return false;
+            if (x.kind == NodeKind::kNamedTuple && px.data != py.data) return false;
         }
     }
-    // Then the values: dict keys and aux data, equal when identical (the usual case: the same
-    // interned keys, the same static aux objects) without a call into Python.
+    return true;
+}
+
+// Byte-identical node vectors mean the same kinds, arities and references (every other field
+// of a Node follows from those, and a Node has no padding); the node types, kept in the
+// payloads, are compared here too. False does not mean a different shape: SameShape decides.
+bool SameShapeFast(const TreeDef& a, const TreeDef& b) {
+    if (a.payloads.size() != b.payloads.size() ||
+        std::memcmp(a.nodes.data(), b.nodes.data(), a.nodes.size() * sizeof(Node)) != 0) {
+        return false;
+    }
+    for (size_t i = 0; i < a.payloads.size(); ++i) {
+        const NodePayload& px = a.payloads[i];
+        const NodePayload& py = b.payloads[i];
+        if (px.custom != py.custom) return false;
+        if (px.custom == nullptr && px.data != py.data) return false;  // namedtuple classes
+    }
+    return true;
+}
+
+// Dict keys compared with ==, equal when identical (the usual case: the same interned keys)
+// without a call into Python. 1, 0, or -1 with an error set.
+int SameKeys(PyObject* const* kx, PyObject* const* ky, size_t n) {
+    for (size_t k = 0; k < n; ++k) {
+        if (kx[k] == ky[k]) continue;
+        int eq = PyObject_RichCompareBool(kx[k], ky[k], Py_EQ);
+        if (eq <= 0) return eq;
+    }
+    return 1;
+}
+
+// aux_data compared with `!=`, as JAX does. 1 (equal), 0, or -1 with JAX's error set.
+int SameData(const NodePayload& x, const NodePayload& y) {
+    if (x.data == y.data) return 1;
+    int ne = PyObject_RichCompareBool(x.data, y.data, Py_NE);
+    if (ne >= 0) return ne == 0 ? 1 : 0;
+    // JAX's explanation, with the comparison's own error as the cause.
+    std::string message = "Exception raised while checking equality of metadata fields of pytree";
+    if (Texts().aux_equality_names_type && x.custom != nullptr) {
+        message += " node of type " + Repr(x.custom->type);
+    }
+    message += ". Make sure that metadata fields are hashable and have simple equality "
+               "semantics. (Note: arrays cannot be passed as metadata fields!)";
+    RaiseFromCurrent(PyExc_ValueError, message.c_str());
+    return -1;
+}
+
+}  // namespace
+
+int Equal(const TreeDef& a, const TreeDef& b) {
+    if (&a == &b) return 1;
+    if (a.nodes.size() != b.nodes.size()) return 0;
+    // The shape first, so that unequal shapes never call into Python.
+    if (SameShapeFast(a, b)) {
+        // Same node vectors, so keys and payloads sit at the same positions in both: compared
+        // as flat arrays, without walking the nodes again.
+        if (a.keys.size() != b.keys.size()) return 0;  // (cannot happen; cheap to rule out)
+        int same = SameKeys(a.keys.data(), b.keys.data(), a.keys.size());
+        for (size_t i = 0; same == 1 && i < a.payloads.size(); ++i) {
+            if (a.payloads[i].custom != nullptr) same = SameData(a.payloads[i], b.payloads[i]);
+        }
+        return same;
+    }
+    if (!SameShape(a, b)) return 0;
+    // Same shape, laid out differently: compare the values node by node.
     for (size_t i = 0; i < a.nodes.size(); ++i) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
+        int same = 1;
         if (x.kind == NodeKind::kDict && x.arity > 0) {  // (no pointer into an empty vector)
-            PyObject* const* kx = a.keys.data() + x.keys_begin;
-            PyObject* const* ky = b.keys.data() + y.keys_begin;
-            for (Count k = 0; k < x.arity; ++k) {
-                if (kx[k] == ky[k]) continue;
-                int eq = PyObject_RichCompareBool(kx[k], ky[k], Py_EQ);
-                if (eq <= 0) return eq;
-            }
+            same = SameKeys(a.keys.data() + x.keys_begin, b.keys.data() + y.keys_begin,
+                            static_cast<size_t>(x.arity));
         } else if (HasPayload(x.kind) && x.kind != NodeKind::kNamedTuple) {
-            // JAX compares aux_data with `!=`.
-            PyObject* dx = a.payloads[x.payload].data;
-            PyObject* dy = b.payloads[y.payload].data;
-            if (dx == dy) continue;
-            int ne = PyObject_RichCompareBool(dx, dy, Py_NE);
-            if (ne < 0) {
-                // JAX's explanation, with the comparison's own error as the cause.
-                std::string message = "Exception raised while checking equality of metadata "
-                                      "fields of pytree";
-                const Registration* custom = a.payloads[x.payload].custom;
-                if (Texts().aux_equality_names_type && custom != nullptr) {
-                    message += " node of type " + Repr(custom->type);
-                }
-                message += ". Make sure that metadata fields are hashable and have simple "
-                           "equality semantics. (Note: arrays cannot be passed as metadata "
-                           "fields!)";
-                RaiseFromCurrent(PyExc_ValueError, message.c_str());
-                return -1;
-            }
-            if (ne != 0) return 0;
+            same = SameData(a.payloads[x.payload], b.payloads[y.payload]);
         }
+        if (same != 1) return same;
     }
     return 1;
 }
