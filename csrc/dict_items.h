@@ -123,4 +123,23 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
     return true;
 }
 
+// An OrderedDict's items in its own iteration order (it can differ from the underlying dict's):
+// the keys first, then each value by lookup. Owned pairs; on failure `items` is left empty.
+inline bool GatherOrderedItems(PyObject* obj, Items& items) {
+    PyObject* keys = PySequence_List(obj);
+    if (keys == nullptr) return false;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); ++i) {
+        PyObject* key = PyList_GET_ITEM(keys, i);
+        PyObject* value = PyObject_GetItem(obj, key);
+        if (value == nullptr) {
+            ReleaseItems(items, 0);
+            Py_DECREF(keys);
+            return false;
+        }
+        items.push_back(Item{Py_NewRef(key), value});
+    }
+    Py_DECREF(keys);
+    return true;
+}
+
 }  // namespace fastree

@@ -272,6 +272,21 @@ template <auto F>
 constexpr auto Guard = &Guarded<F>::Call;
 
 // Transfer a vector of owned references into a new list (no INCREF: ownership moves).
+// A new tuple of getattr(obj, name) for each name in the tuple `names`; null with an error set.
+inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(names);
+    PyObject* out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
+        PyObject* value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+        if (value == nullptr) {
+            Py_CLEAR(out);
+        } else {
+            PyTuple_SET_ITEM(out, i, value);
+        }
+    }
+    return out;
+}
+
 template <class Vec>
 inline PyObject* StealIntoList(Vec& items) {
     PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));

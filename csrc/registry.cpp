@@ -20,7 +20,6 @@ const Registration kDict{NodeKind::kDict};
 const Registration kNamedTuple{NodeKind::kNamedTuple};
 
 Memo g_memo;
-bool g_any_identity_preserving = false;
 PyObject* g_jax_registry = nullptr;
 
 namespace {
@@ -204,7 +203,6 @@ bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
     reg->unflatten = Py_NewRef(unflatten);
     reg->flatten_with_keys = Py_XNewRef(flatten_with_keys);
     reg->preserve_identity = preserve_identity;
-    g_any_identity_preserving |= preserve_identity;
     return true;
 }
 
@@ -219,7 +217,6 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
     reg->data_fields = Py_NewRef(data_fields);
     reg->meta_fields = Py_NewRef(meta_fields);
     reg->preserve_identity = preserve_identity;
-    g_any_identity_preserving |= preserve_identity;
     return true;
 }
 

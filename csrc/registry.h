@@ -67,10 +67,6 @@ struct Memo {
 };
 extern Memo g_memo;
 extern PyObject* g_jax_registry;  // borrowed from the bridge's owned copy: JAX's `_registry` dict
-// Set once any identity-preserving type is registered (registrations are never removed).
-// tree_map's single pass (treedef/map_single_pass.cpp) cannot keep sharing across the subtrees
-// it maps separately, so it stands aside from then on.
-extern bool g_any_identity_preserving;
 
 inline Py_ssize_t JaxRegistrySize() {
     return g_jax_registry ? PyDict_GET_SIZE(g_jax_registry) : 0;

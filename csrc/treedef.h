@@ -188,6 +188,10 @@ PyTypeObject* CreateTreeDefType();
 
 // ---- Operations (one file each under treedef/).
 
+// The tail of flatten's RecursionError message (JAX's), shared by every walk that flattens.
+inline constexpr char kFlattenRecursionWhere[] =
+    " in flatten; PyTree may have cyclical node references.";
+
 // flatten.cpp. Any of def / paths may be null to skip building them. `leaves` and `paths`
 // receive owned references; on failure they may hold partial output the caller must release.
 // A treedef that outlives the call gets an exactly sized node vector; a ScratchTreeDef (one
@@ -204,13 +208,9 @@ bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* child
 
 // unflatten.cpp. Builds one node from its children (references consumed, success or not).
 PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children);
-// Fills `mapping` with keys[i] -> children[i] through __setitem__ (children consumed, success or
-// not): how OrderedDict and defaultdict nodes are rebuilt.
-bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, Py_ssize_t n);
-// A register_dataclass instance from its meta-field values (a tuple) and its `n` data-field
-// children (references consumed, success or not).
-PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children,
-                         Py_ssize_t n);
+// A register_dataclass instance from its meta-field values (a tuple) and one child per data field
+// (references consumed, success or not). Every way of making a treedef checks that count.
+PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children);
 // JAX's "Too few/many leaves for PyTreeDef" errors; false with the error set.
 bool CheckLeafCount(const TreeDef& def, Py_ssize_t n);
 // Builds the tree from `n` borrowed leaves; raises JAX's leaf-count errors.

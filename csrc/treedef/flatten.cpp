@@ -29,8 +29,6 @@ constexpr Node kLeafNode = [] {
     return node;
 }();
 
-constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
-
 // keystr(path): JAX's key entries print as their path segment.
 std::string KeyStr(const std::vector<PyObject*>& path) {
     std::string out;
@@ -200,7 +198,7 @@ class Flattener {
     // ---- built-in containers
 
     bool VisitTuple(PyObject* obj, NodeKind kind, PyObject* type) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
@@ -250,7 +248,7 @@ class Flattener {
     }
 
     bool VisitList(PyObject* obj) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
@@ -288,7 +286,7 @@ class Flattener {
     }
 
     bool VisitDict(PyObject* obj) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
@@ -315,7 +313,7 @@ class Flattener {
     }
 
     bool VisitDefaultDict(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
@@ -344,35 +342,21 @@ class Flattener {
     }
 
     bool VisitOrderedDict(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        // Iterate the OrderedDict itself: its order can differ from the underlying dict's.
-        PyObject* key_list = PySequence_List(obj);
-        if (key_list == nullptr) return false;
         Items items;
-        const Py_ssize_t n = PyList_GET_SIZE(key_list);
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* key = PyList_GET_ITEM(key_list, i);
-            PyObject* value = PyObject_GetItem(obj, key);
-            if (value == nullptr) {
-                ReleaseItems(items, 0);
-                Py_DECREF(key_list);
-                return false;
-            }
-            items.push_back(Item{Py_NewRef(key), value});
-        }
+        if (!GatherOrderedItems(obj, items)) return false;
+        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
         PyObject* node_data = nullptr;
         if constexpr (kDef) {
-            node_data = PyList_AsTuple(key_list);
+            node_data = KeysTuple(items);  // the keys in the OrderedDict's order
             if (node_data == nullptr) {
                 ReleaseItems(items, 0);
-                Py_DECREF(key_list);
                 return false;
             }
         }
-        Py_DECREF(key_list);
         if (!VisitItems(items)) {
             Py_XDECREF(node_data);
             return false;
@@ -439,23 +423,14 @@ class Flattener {
     // ---- registered nodes
 
     bool VisitDataclass(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
         PyObject* node_data = nullptr;
         if constexpr (kDef) {
-            const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
-            node_data = PyTuple_New(m);
+            node_data = GetAttrs(obj, reg->meta_fields);
             if (node_data == nullptr) return false;
-            for (Py_ssize_t i = 0; i < m; ++i) {
-                PyObject* v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(reg->meta_fields, i));
-                if (v == nullptr) {
-                    Py_DECREF(node_data);
-                    return false;
-                }
-                PyTuple_SET_ITEM(node_data, i, v);
-            }
             if (!aux::Check(reg->type, node_data, root_)) {
                 Py_DECREF(node_data);
                 return false;
@@ -484,7 +459,7 @@ class Flattener {
     }
 
     bool VisitCustom(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;

@@ -38,13 +38,9 @@
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
-#include "unflatten_with.h"
 
 namespace fastree {
 namespace {
-
-// The message of flatten's RecursionError (JAX's), since the walk is flatten's too.
-constexpr const char kRecursionWhere[] = " in flatten; PyTree may have cyclical node references.";
 
 class SinglePassMapper {
  public:
@@ -151,7 +147,7 @@ class SinglePassMapper {
         SmallVector<PyObject*, 8> children;  // owned
         Ref meta;
         {
-            RecursionGuard guard(kRecursionWhere);
+            RecursionGuard guard(kFlattenRecursionWhere);
             if (!guard.ok()) return nullptr;
             meta = Ref(GetAttrs(obj, reg->meta_fields));
             if (!meta || !aux::Check(reg->type, meta.get(), root_)) return nullptr;
@@ -166,8 +162,7 @@ class SinglePassMapper {
                 return Stopped();
             }
         }
-        return BuildDataclass(reg, meta.get(), children.begin(),
-                              static_cast<Py_ssize_t>(children.size()));
+        return BuildDataclass(reg, meta.get(), children.begin());
     }
 
     // OrderedDict (its own iteration order) and defaultdict (sorted keys, as a dict), rebuilt as
@@ -177,7 +172,7 @@ class SinglePassMapper {
         Items items;  // owned (key, child) pairs
         Ref factory;
         {
-            RecursionGuard guard(kRecursionWhere);
+            RecursionGuard guard(kFlattenRecursionWhere);
             if (!guard.ok()) return nullptr;
             if (ordered ? !GatherOrderedItems(obj, items)
                         : !GatherDictItems(obj, items, /*wrap_error=*/false)) {
@@ -205,35 +200,6 @@ class SinglePassMapper {
         return out;
     }
 
-    // An OrderedDict's items in its own order (it can differ from the underlying dict's), as
-    // flatten reads them: the keys first, then each value by lookup.
-    static bool GatherOrderedItems(PyObject* obj, Items& items) {
-        Ref keys(PySequence_List(obj));
-        if (!keys) return false;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
-            PyObject* key = PyList_GET_ITEM(keys.get(), i);
-            PyObject* value = PyObject_GetItem(obj, key);
-            if (value == nullptr) {
-                ReleaseItems(items, 0);
-                return false;
-            }
-            items.push_back(Item{Py_NewRef(key), value});
-        }
-        return true;
-    }
-
-    // A tuple of getattr(obj, name) for each name in `names`.
-    static PyObject* GetAttrs(PyObject* obj, PyObject* names) {
-        const Py_ssize_t n = PyTuple_GET_SIZE(names);
-        PyObject* out = PyTuple_New(n);
-        for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
-            PyObject* v = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
-            if (v == nullptr) Py_CLEAR(out);
-            else PyTuple_SET_ITEM(out, i, v);
-        }
-        return out;
-    }
-
     // Replaces the owned reference slot(i), for i < n, by its mapped value. On a flatten error
     // returns false; every slot then still holds one owned reference (the old or the new value).
     template <class Slot>
@@ -251,7 +217,7 @@ class SinglePassMapper {
     // Lists and tuples. The items are taken (with references) before any is mapped: f may change
     // the list meanwhile, and the new container is only created once it can be filled at once.
     PyObject* VisitSequence(PyObject* obj, bool is_list) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         const Py_ssize_t n = Py_SIZE(obj);
         PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
@@ -275,7 +241,7 @@ class SinglePassMapper {
     }
 
     PyObject* VisitDict(PyObject* obj) {
-        RecursionGuard guard(kRecursionWhere);
+        RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Items items;  // owned (key, value) pairs, in sorted-key order
         if (!GatherDictItems(obj, items)) return nullptr;
@@ -302,7 +268,7 @@ class SinglePassMapper {
         PyObject* aux = nullptr;  // borrowed from `result`
         {
             // Held while flatten runs and the children are mapped, as in flatten.
-            RecursionGuard guard(kRecursionWhere);
+            RecursionGuard guard(kFlattenRecursionWhere);
             if (!guard.ok()) return nullptr;
             result = Ref(PyObject_CallOneArg(reg->flatten, obj));
             if (!result) return nullptr;
@@ -363,7 +329,7 @@ class SinglePassMapper {
         }
         bool ok;
         {
-            RecursionGuard guard(kRecursionWhere);
+            RecursionGuard guard(kFlattenRecursionWhere);
             ok = guard.ok() && MapEach(children.size(),
                                        [&](size_t i) -> PyObject*& { return children[i]; });
         }

@@ -17,8 +17,7 @@ PyObject* StealTuple(PyObject** items, Py_ssize_t n) {
     return t;
 }
 
-}  // namespace
-
+// Fills `mapping` with keys[i] -> children[i] (children consumed).
 bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         if (PyObject_SetItem(mapping, keys[i], children[i]) < 0) {
@@ -29,8 +28,6 @@ bool FillMapping(PyObject* mapping, PyObject* const* keys, PyObject** children, 
     }
     return true;
 }
-
-namespace {
 
 PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** children, Py_ssize_t n) {
     if (mapping == nullptr) {
@@ -52,13 +49,8 @@ PyObject* BuildMapping(PyObject* mapping, PyObject* keys_tuple, PyObject** child
 
 }  // namespace
 
-PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children,
-                         Py_ssize_t n) {
-    if (n > PyTuple_GET_SIZE(reg->data_fields)) {
-        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
-        PyErr_SetString(PyExc_ValueError, "fastree: dataclass node with more children than fields");
-        return nullptr;
-    }
+PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
     PyObject* kwargs = PyDict_New();
     bool ok = kwargs != nullptr;
     const Py_ssize_t m = PyTuple_GET_SIZE(reg->meta_fields);
@@ -120,7 +112,7 @@ PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children) {
                                                     PyTuple_GET_ITEM(payload().data, 0)),
                                 PyTuple_GET_ITEM(payload().data, 1), children, n);
         case NodeKind::kDataclass:
-            return BuildDataclass(payload().custom, payload().data, children, n);
+            return BuildDataclass(payload().custom, payload().data, children);
         case NodeKind::kCustom: {
             PyObject* tuple = StealTuple(children, n);
             if (tuple == nullptr) return nullptr;
