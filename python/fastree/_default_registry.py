@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import jax.tree_util as _jtu
-
 from . import _core
+from ._jax_compat import tree_util as _jtu
 from ._registration import _require_type
 
 

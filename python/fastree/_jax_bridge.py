@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.tree_util as _jtu
-from jax._src import tree_util as _jax_internal
-
 from . import _core
+from ._jax_compat import internal as _jax_internal
+from ._jax_compat import tree_util as _jtu
 from ._default_registry import PyTreeRegistry
 
 

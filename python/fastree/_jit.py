@@ -19,10 +19,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
-import jax.tree_util as _jtu
-
 from . import _core
+from ._jax_compat import jax
+from ._jax_compat import tree_util as _jtu
 
 _log = logging.getLogger("fastree.jit")
 

@@ -12,9 +12,8 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-import jax.tree_util as _jtu
-
 from . import _core, _identity
+from ._jax_compat import tree_util as _jtu
 
 T = TypeVar("T")
 Typ = TypeVar("Typ", bound=type[Any])

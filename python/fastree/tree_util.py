@@ -12,9 +12,9 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-import jax.tree_util as _jtu
-
 from . import _core
+from ._jax_compat import internal as _jax_internal
+from ._jax_compat import tree_util as _jtu
 from ._core import PyTreeDef as PyTreeDef
 from ._core import tree_flatten as tree_flatten
 from ._core import tree_flatten_with_path as tree_flatten_with_path
@@ -163,9 +163,7 @@ def tree_broadcast(
     try:
         tree_map(extend, prefix_tree, full_tree, is_leaf=is_leaf)
     except ValueError:
-        from jax._src.tree_util import prefix_errors
-
-        errors = prefix_errors(prefix_tree, full_tree)
+        errors = _jax_internal.prefix_errors(prefix_tree, full_tree)
         if not errors:
             raise
         raise errors[0]("broadcast_prefix prefix_tree") from None
