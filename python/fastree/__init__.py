@@ -45,6 +45,14 @@ from ._identity import SharedObject as SharedObject  # noqa: E402
 from ._identity import find_shared as find_shared  # noqa: E402
 from ._jit import jit as jit  # noqa: E402
 
+# Routing jax.tree_util / jax.tree to fastree for the whole process.
+from ._install import install as install  # noqa: E402
+from ._install import installed as installed  # noqa: E402
+from ._install import installed_functions as installed_functions  # noqa: E402
+from ._install import is_installed as is_installed  # noqa: E402
+from ._install import original as original  # noqa: E402
+from ._install import uninstall as uninstall  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -59,10 +67,16 @@ __all__ = [
     "deserialize",
     "find_shared",
     "from_jax",
+    "install",
+    "installed",
+    "installed_functions",
+    "is_installed",
     "jit",
+    "original",
     "strict_aux",
     "structure_diff",
     "to_jax",
     "tree",
     "tree_util",
+    "uninstall",
 ]
