@@ -24,7 +24,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--out",
         type=Path,
         default=Path("bench_out"),
-        help="directory for results.json, report.md and chart.png (default: bench_out/)",
+        help="directory for results.json, report.md, chart.png and chart_details.png "
+        "(default: bench_out/)",
     )
     parser.add_argument(
         "--quick",
@@ -37,7 +38,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="OP/TREE",
         help="run only cases matching this glob on op and tree names, e.g. 'flatten/transformer*'; "
-        "a pattern without '/' matches either name; repeat or comma-separate for several",
+        "a pattern without '/' matches either name; repeat or comma-separate for several; the "
+        "end-to-end workloads answer to op 'workload', e.g. 'workload/optax*'",
     )
     parser.add_argument(
         "--device",

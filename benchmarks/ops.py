@@ -174,3 +174,12 @@ TREE_OPS: tuple[str, ...] = tuple(
     name for name in OPS if name not in GRAPH_OPS and name not in IDENTITY_OPS
 )
 """Ops run on ordinary pytrees (treedef_memory only where the recipe asks for the probe)."""
+DICT_ORDER_OPS: tuple[str, ...] = tuple(
+    name
+    for name in TREE_OPS
+    if name not in ("treedef_hash", "treedef_eq", "all_leaves", "treedef_memory")
+)
+"""Ops run on the dict-order variants of dict-10k: those that walk the dict itself. A treedef keeps
+the keys sorted whatever order they were inserted in, and all_leaves gets a list, so hash, equality,
+memory and all_leaves would repeat dict-10k's numbers (unflatten repeats them too, but issue 15's
+table asks for it)."""

@@ -57,6 +57,33 @@ class TreeInfo:
     leaf_kind: str
     num_leaves: int
     num_nodes: int
+    variant_of: str | None = None
+    """The tree this one varies (dict-order variants of dict-10k); left out of the means."""
+
+
+@dataclass
+class WorkloadRow:
+    """One end-to-end workload timed plain and with fastree installed into jax.tree_util."""
+
+    name: str
+    description: str
+    """What one timed call does, with the sizes used."""
+    why: str
+    """Where the call's time goes, hence what installing fastree can change."""
+    plain: float | None = None
+    """Median ns per call with jax.tree_util as JAX ships it; None when it did not run."""
+    installed: float | None = None
+    """Median ns per call inside ``fastree.installed()``."""
+    plain_min: float | None = None
+    installed_min: float | None = None
+    speedup: float | None = None
+    """plain / installed: > 1 means the call got faster with fastree installed."""
+    loops: dict[str, int] = field(default_factory=dict)
+    """Calls per repeat, per mode."""
+    repeats: int = 0
+    not_run: str | None = None
+    """Why it was not timed: a library missing, no fastree.installed() ("unavailable: ..."), or
+    results that differ between the two modes ("EXCLUDED: ...")."""
 
 
 @dataclass
@@ -72,6 +99,9 @@ class RunResult:
     """Libraries, trees, or ops that were not run, with the reason."""
     excluded: list[Note] = field(default_factory=list)
     """Libraries the correctness guard removed from a tree: their leaves differ from JAX's."""
+    workloads: list[WorkloadRow] = field(default_factory=list)
+    """End-to-end workloads, plain vs fastree installed (results.json files before these existed
+    have none)."""
     duration_s: float = 0.0
     schema: int = SCHEMA_VERSION
 
@@ -90,6 +120,7 @@ class RunResult:
             rows=[Row(**r) for r in data["rows"]],
             skipped=[Note(**n) for n in data["skipped"]],
             excluded=[Note(**n) for n in data["excluded"]],
+            workloads=[WorkloadRow(**w) for w in data.get("workloads", [])],
             duration_s=data["duration_s"],
             schema=data["schema"],
         )

@@ -14,7 +14,15 @@ from benchmarks.leaves import leaf_factory
 from benchmarks.libraries import LOADERS, load_libraries
 from benchmarks.libraries.base import Library, TreeApi
 from benchmarks.ops import OPS
-from benchmarks.results import MEMORY_UNIT, TIME_UNIT, Note, Row, RunResult, TreeInfo
+from benchmarks.results import (
+    MEMORY_UNIT,
+    TIME_UNIT,
+    Note,
+    Row,
+    RunResult,
+    TreeInfo,
+    WorkloadRow,
+)
 from benchmarks.selection import selected_ops
 from benchmarks.settings import Settings, settings_for
 from benchmarks.trees import RECIPES, Recipe, TreeCase, build_case, case_name
@@ -78,6 +86,8 @@ def run(args: argparse.Namespace) -> RunResult:
             "mode": settings.mode,
             "target_ms_per_repeat": settings.target_ns / 1e6,
             "repeats": settings.repeats,
+            "workload_target_ms_per_repeat": settings.workload_target_ns / 1e6,
+            "workload_repeats": settings.workload_repeats,
             "only": list(args.only),
             "leaves": args.leaves or "default",
             "device": args.device,
@@ -109,6 +119,7 @@ def run(args: argparse.Namespace) -> RunResult:
                 case.leaf_kind,
                 len(case.reference_leaves),
                 case.num_nodes,
+                variant_of=tree.recipe.variant_of,
             )
         )
         apis = _guarded_apis(libraries, case, tree.ops, result)
@@ -129,10 +140,38 @@ def run(args: argparse.Namespace) -> RunResult:
             )
         del case  # large trees (100k floats, 16k leaves) go before the next is built
 
+    result.workloads = _run_workloads(settings, args.only, result)
     result.environment = describe(args.device, result.libraries, memory_method)
+    if result.workloads and any(row.speedup for row in result.workloads):
+        result.environment["fastree_installed_routes"] = _routes()
     result.duration_s = round(time.perf_counter() - started, 1)
     _progress(f"done in {result.duration_s:.1f} s")
     return result
+
+
+def _run_workloads(settings: Settings, only: list[str], result: RunResult) -> list[WorkloadRow]:
+    """The end-to-end workloads --only selects (all of them by default), after the trees."""
+    from benchmarks.workloads.run import run_workloads, selected_workloads
+
+    workloads = selected_workloads(only)
+    if workloads:
+        _progress(f"end-to-end workloads, plain vs fastree installed: {len(workloads)}")
+    return run_workloads(
+        workloads,
+        settings.workload_size,
+        settings.workload_target_ns,
+        settings.workload_repeats,
+        progress=_progress,
+    )
+
+
+def _routes() -> str:
+    """How many public jax.tree_util / jax.tree functions fastree.installed() replaced."""
+    from benchmarks.workloads.install import fastree_installer, public_functions, routed_functions
+
+    routed = routed_functions(fastree_installer())
+    total = len(public_functions())
+    return f"{len(routed)} of {total} public functions: {', '.join(routed)}"
 
 
 def _build(tree: PlannedTree, device: str, result: RunResult) -> TreeCase | None:

@@ -5,6 +5,11 @@ Budget reasoning (2 cores): a full run is 16 tree/leaf combinations x 13 ops x 4
 plus dm-tree's slow calls on the big trees and ~1 minute of memory probes: ~10 minutes.
 A quick run uses ~2 ms repeats and 3 of them, which keeps the whole run (imports, tree building,
 the 16k-leaf and 100k-leaf trees included) under 2 minutes.
+
+The end-to-end workloads cost mostly their set-up (importing equinox and flax, building models,
+compiling: ~15 s together) plus a warm-up and a calibration call per mode; each of their calls
+takes 0.3-300 ms, so repeats are few. A full run times them at larger sizes where that matters
+(workloads/*.py say which) and with more repeats, because their ratios sit near 1.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ class Settings:
     """Memory probes per library (median reported), interleaved across libraries."""
     extra_leaf_kinds: dict[str, tuple[str, ...]]
     """Leaf kinds run on top of numpy for some trees when --leaves is not given."""
+    workload_size: str
+    """Which of each workload's sizes to build ("quick" or "full"; tests use "tiny")."""
+    workload_target_ns: int
+    """Each workload repeat runs its call in a loop sized to take about this long."""
+    workload_repeats: int
+    """Timed repeats per mode (plain, installed) per workload, interleaved."""
 
 
 QUICK = Settings(
@@ -35,6 +46,9 @@ QUICK = Settings(
     memory_copies_nodes=100_000,
     memory_rounds=1,
     extra_leaf_kinds={},
+    workload_size="quick",
+    workload_target_ns=20_000_000,
+    workload_repeats=7,
 )
 
 FULL = Settings(
@@ -49,6 +63,9 @@ FULL = Settings(
         "transformer-50": ("jax",),
         "transformer-1000": ("jax",),
     },
+    workload_size="full",
+    workload_target_ns=200_000_000,
+    workload_repeats=11,
 )
 
 

@@ -11,6 +11,7 @@ import gc
 import itertools
 import statistics
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -94,3 +95,63 @@ def measure(
         for name in names
     }
     return timings, failures
+
+
+class ModeFailed(Exception):
+    """A call raised in one mode of ``measure_modes`` (e.g. only with fastree installed)."""
+
+    def __init__(self, mode: str, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__} in mode {mode!r}: {error}")
+        self.mode = mode
+
+
+def measure_modes(
+    fn: Callable[[], Any],
+    modes: Mapping[str, Callable[[], AbstractContextManager[Any]]],
+    target_ns: int,
+    repeats: int,
+) -> tuple[dict[str, Timing], dict[str, Any]]:
+    """Time one call under each context (plain, fastree installed...), interleaved per repeat.
+
+    Each mode is entered for its warm-up, its calibration and each of its repeats, never around
+    another mode's. The warm-up call runs first in every mode (compilation and first-call caches
+    are paid there) and its result is returned per mode for the caller to compare. A collection
+    before every repeat and GC off inside it, as in ``measure``. A warm-up that raises raises
+    ModeFailed naming the mode.
+    """
+    loops: dict[str, int] = {}
+    results: dict[str, Any] = {}
+    for name, context in modes.items():
+        try:
+            with context():
+                results[name] = fn()
+                loops[name] = calibrate(fn, (), target_ns)
+        except Exception as error:
+            raise ModeFailed(name, error) from error
+    names = list(modes)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    try:
+        for repeat in range(repeats):
+            start = repeat % len(names)
+            for name in names[start:] + names[:start]:
+                gc.collect()
+                gc.disable()
+                with modes[name]():
+                    samples[name].append(time_loop(fn, (), loops[name]) / loops[name])
+                gc.enable()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    timings = {
+        name: Timing(
+            median_ns=statistics.median(samples[name]),
+            min_ns=min(samples[name]),
+            loops=loops[name],
+            samples_ns=tuple(samples[name]),
+        )
+        for name in names
+    }
+    return timings, results

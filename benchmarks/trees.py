@@ -1,6 +1,7 @@
 """The benchmark trees: a catalog of recipes and the builders behind them.
 
 Sizes: transformer-12 has 195 leaves, transformer-50 803, transformer-1000 16,003; resnet50 ~270.
+dict-10k and its variants (dict_orders) hold 10,000 keys in one dict, inserted in six orders.
 Each recipe lists the features a library must understand to express the tree, so an adapter can
 skip it up front with a note (dm-tree: no custom nodes, and None is a leaf there, not an empty
 node).
@@ -15,9 +16,9 @@ from typing import Any, NamedTuple
 
 import jax.tree_util as jtu
 
-from benchmarks import custom_nodes, identity_nodes, nnx_models
+from benchmarks import custom_nodes, dict_orders, identity_nodes, nnx_models
 from benchmarks.leaves import LeafFactory
-from benchmarks.ops import GRAPH_OPS, IDENTITY_OPS, TREE_OPS
+from benchmarks.ops import DICT_ORDER_OPS, GRAPH_OPS, IDENTITY_OPS, TREE_OPS
 from benchmarks.unsupported import Unsupported
 
 # Features a tree may need from a library.
@@ -37,6 +38,10 @@ class Recipe:
     """The tree owns its leaves (floats, nnx Variables): built once, whatever --leaves says."""
     memory_probe: bool = False
     """Whether the per-node treedef memory is measured on this tree."""
+    variant_of: str | None = None
+    """The recipe this one repeats with one thing changed (the dict-order variants of dict-10k).
+    Variants get their own table and chart panel and stay out of the geometric means over trees,
+    so one tree shape is not counted six times there."""
 
 
 @dataclass
@@ -176,11 +181,6 @@ def flat_floats(_leaf: LeafFactory) -> list[float]:
     return [float(i) for i in range(100_000)]
 
 
-def wide_dict(leaf: LeafFactory) -> dict[str, Any]:
-    """10k keys in one dict: stresses key sorting and the per-key work of dict nodes."""
-    return {f"key{i:05d}": leaf((2,)) for i in range(10_000)}
-
-
 def deep_nesting(leaf: LeafFactory) -> Any:
     """500 levels, cycling dict / list / tuple, one leaf per level: recursion cost per level."""
     node: Any = leaf((2,))
@@ -273,7 +273,31 @@ RECIPES: tuple[Recipe, ...] = (
         fixed_leaves=True,
     ),
     Recipe("flat-100k", "list of 100,000 floats", flat_floats, fixed_leaves=True),
-    Recipe("dict-10k", "dict of 10,000 keys", wide_dict),
+    Recipe(
+        "dict-10k",
+        "dict of 10,000 keys key00000..key09999, inserted already sorted",
+        dict_orders.sorted_dict,
+    ),
+    *(
+        Recipe(
+            f"dict-10k-{order}",
+            f"dict of 10,000 keys, {description}",
+            build,
+            ops=DICT_ORDER_OPS,
+            variant_of="dict-10k",
+        )
+        for order, description, build in (
+            ("natural", "k0, k1, ..., k9999 inserted in that order", dict_orders.natural_dict),
+            ("flax", "Dense_0, ..., Dense_9999 inserted in that order", dict_orders.flax_dict),
+            ("reversed", "dict-10k's keys inserted in reverse order", dict_orders.reversed_dict),
+            (
+                "nearly",
+                "dict-10k's keys sorted, then ~1% of them swapped out of place",
+                dict_orders.nearly_sorted_dict,
+            ),
+            ("random", "dict-10k's keys inserted in a random order", dict_orders.random_dict),
+        )
+    ),
     Recipe("deep-500", "500-deep nesting of dict/list/tuple", deep_nesting),
     Recipe(
         "shared-graph",

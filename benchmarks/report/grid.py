@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from benchmarks.results import Row, RunResult, TreeInfo
@@ -48,3 +49,50 @@ def library_columns(result: RunResult) -> list[str]:
     ran = {row.library for row in result.rows}
     ordered = [result.baseline] + [name for name in result.libraries if name != result.baseline]
     return [name for name in ordered if name in ran]
+
+
+@dataclass(frozen=True)
+class MeanRatio:
+    value: float
+    """Geometric mean of the library's ratios over the trees where it ran."""
+    trees: int
+
+
+def mean_ratios(result: RunResult) -> dict[str, dict[str, MeanRatio]]:
+    """op -> library -> geometric mean over trees of (library time / baseline time).
+
+    Variant trees (``TreeInfo.variant_of``) are left out: six insertion orders of one dict would
+    otherwise weigh six times as much as any other tree in the mean.
+    """
+    variants = {tree.name for tree in result.trees if tree.variant_of}
+    logs: dict[str, dict[str, list[float]]] = {}
+    for row in result.rows:
+        if row.ratio and row.library != result.baseline and row.tree not in variants:
+            logs.setdefault(row.op, {}).setdefault(row.library, []).append(math.log(row.ratio))
+    return {
+        op: {
+            library: MeanRatio(math.exp(sum(values) / len(values)), len(values))
+            for library, values in by_library.items()
+        }
+        for op, by_library in logs.items()
+    }
+
+
+def variant_groups(result: RunResult) -> dict[str, list[TreeInfo]]:
+    """base tree name -> [base tree, its variants...], for bases that have variants in the run."""
+    groups: dict[str, list[TreeInfo]] = {}
+    by_name = {tree.name: tree for tree in result.trees}
+    for tree in result.trees:
+        if tree.variant_of:
+            base = by_name.get(tree.variant_of)
+            group = groups.setdefault(tree.variant_of, [base] if base else [])
+            group.append(tree)
+    return groups
+
+
+def ratio_of(result: RunResult, tree: str, op: str, library: str) -> float | None:
+    """library time / baseline time on one case, or None when either did not run."""
+    for row in result.rows:
+        if row.tree == tree and row.op == op and row.library == library:
+            return row.ratio
+    return None

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-
 from benchmarks.ops import OPS
 from benchmarks.report.format import format_ratio, format_value
-from benchmarks.report.grid import library_columns, tree_blocks
+from benchmarks.report.grid import (
+    library_columns,
+    mean_ratios,
+    ratio_of,
+    tree_blocks,
+    variant_groups,
+)
 from benchmarks.report.notes import grouped_notes
-from benchmarks.results import RunResult
+from benchmarks.report.palette import HEADLINE_COMPETITORS
+from benchmarks.results import Row, RunResult
 
 
-def render_markdown(result: RunResult, chart_file: str | None) -> str:
+def render_markdown(
+    result: RunResult, chart_file: str | None, details_file: str | None = None
+) -> str:
     baseline = result.baseline
     parts = [
         "# fastree benchmarks",
@@ -24,8 +30,12 @@ def render_markdown(result: RunResult, chart_file: str | None) -> str:
         "",
     ]
     if chart_file:
-        parts += [f"![ratios vs {baseline}]({chart_file})", ""]
+        parts += [f"![{baseline} speedup per operation, dict order and workload]({chart_file})", ""]
     parts += _summary(result)
+    parts += _variants(result)
+    parts += _workloads(result)
+    if details_file:
+        parts += [f"![{baseline} speedup per tree and operation]({details_file})", ""]
     parts += _per_tree(result)
     parts += _notes(result)
     parts += _method(result)
@@ -35,38 +45,127 @@ def render_markdown(result: RunResult, chart_file: str | None) -> str:
 
 def _summary(result: RunResult) -> list[str]:
     """Geometric mean over trees of each competitor's ratio, per op: the one-glance view."""
-    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in result.rows:
-        if row.ratio and row.library != result.baseline:
-            ratios[row.op][row.library].append(row.ratio)
-    if not ratios:
+    means = mean_ratios(result)
+    if not means:
         return [f"_No ratios: {result.baseline} did not run._", ""]
     competitors = [
         name
         for name in library_columns(result)
-        if any(name in by_library for by_library in ratios.values())
+        if any(name in by_library for by_library in means.values())
     ]
+    variants = [tree.name for tree in result.trees if tree.variant_of]
+    left_out = (
+        f" The {len(variants)} variant trees ({', '.join(variants)}) are left out of the means"
+        " and summarised in their own table below."
+        if variants
+        else ""
+    )
     lines = [
         "## Summary",
         "",
-        f"Geometric mean over trees of (library time / {result.baseline} time); n = trees.",
+        f"Geometric mean over trees of (library time / {result.baseline} time); n = trees."
+        + left_out,
         "",
         "| op | " + " | ".join(competitors) + " |",
         "|---|" + "---:|" * len(competitors),
     ]
     for op in OPS:
-        if op not in ratios:
+        if op not in means:
             continue
         cells = []
         for name in competitors:
-            values = ratios[op].get(name)
-            if values:
-                mean = math.exp(sum(math.log(v) for v in values) / len(values))
-                cells.append(f"{format_ratio(mean, '×')} (n={len(values)})")
+            mean = means[op].get(name)
+            if mean:
+                cells.append(f"{format_ratio(mean.value, '×')} (n={mean.trees})")
             else:
                 cells.append("–")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _variants(result: RunResult) -> list[str]:
+    """Per base tree with variants (dict-10k and its insertion orders): one row per variant, one
+    column per op, each cell the baseline's time and the headline competitors' ratios."""
+    lines: list[str] = []
+    for base, trees in variant_groups(result).items():
+        names = {tree.name for tree in trees}
+        ops = [op for op in OPS if any(r.op == op and r.tree in names for r in result.rows)]
+        ops = [op for op in ops if all(_row(result, t.name, op) for t in trees if t.variant_of)]
+        competitors = [
+            name
+            for name in HEADLINE_COMPETITORS
+            if any(r.library == name and r.tree in names for r in result.rows)
+        ]
+        if not ops or not competitors:
+            continue
+        lines += [
+            f"## {base} and its variants",
+            "",
+            f"The same kind of tree built {len(trees)} ways; the variants differ from {base} only "
+            "in what their descriptions say (for dicts: the order the keys were inserted in, "
+            "which decides how much sorting flatten does). Each cell: "
+            f"{result.baseline}'s time (" + ", ".join(f"{name} ×" for name in competitors) + ").",
+            "",
+            "| tree | " + " | ".join(ops) + " |",
+            "|---|" + "---:|" * len(ops),
+        ]
+        for tree in trees:
+            cells = []
+            for op in ops:
+                row = _row(result, tree.name, op)
+                if row is None:
+                    cells.append("–")
+                    continue
+                ratios = [ratio_of(result, tree.name, op, name) for name in competitors]
+                shown = ", ".join(format_ratio(r, "×") or "–" for r in ratios)
+                cells.append(f"{format_value(row.median, row.unit, micro='µs')} ({shown})")
+            label = tree.description.split(", ", 1)[-1]
+            lines.append(f"| {tree.name}: {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _workloads(result: RunResult) -> list[str]:
+    if not result.workloads:
+        return []
+    lines = [
+        "## End-to-end workloads: plain vs fastree installed",
+        "",
+        "Each workload is a real program fragment timed in this process with jax.tree_util as JAX "
+        "ships it (plain) and inside `fastree.installed()`, which routes the public "
+        "`jax.tree_util` / `jax.tree` functions to fastree for every library. Modes interleaved "
+        "per repeat after a warm-up call in each; results of the two modes checked equal first. "
+        "**speedup = plain / installed, > 1 means installing fastree made it faster.**",
+        "",
+        "| workload | plain | installed | speedup | where the time goes |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in result.workloads:
+        if row.not_run:
+            cells = f"– | – | {row.not_run} "
+        else:
+            cells = (
+                f"{format_value(row.plain, 'ns', micro='µs')} | "
+                f"{format_value(row.installed, 'ns', micro='µs')} | "
+                f"**{format_ratio(row.speedup, '×')}** "
+            )
+        lines.append(f"| **{row.name}**: {row.description} | {cells}| {row.why} |")
+    routes = result.environment.get("fastree_installed_routes")
+    if routes:
+        lines += ["", f"`fastree.installed()` routed {routes}."]
+    return [*lines, ""]
+
+
+def _row(result: RunResult, tree: str, op: str) -> Row | None:
+    """The baseline's row on a case."""
+    return next(
+        (
+            row
+            for row in result.rows
+            if row.tree == tree and row.op == op and row.library == result.baseline
+        ),
+        None,
+    )
 
 
 def _per_tree(result: RunResult) -> list[str]:
@@ -134,6 +233,9 @@ def _method(result: RunResult) -> list[str]:
         "- Leaves are tiny arrays (shape (2,) or (2, 2)): the numbers are tree overhead, not math.",
         "- Functions mapped are trivial (`lambda x: x`, `lambda x, y, z: x`, "
         "`lambda path, x: x`). flatten_up_to uses the tree's own full treedef.",
+        f"- Workloads: ~{settings.get('workload_target_ms_per_repeat', '?')} ms per repeat, "
+        f"{settings.get('workload_repeats', '?')} repeats per mode, interleaved; GC collected "
+        "before and disabled during each repeat.",
         f"- treedef_memory: bytes per node held by many live treedefs of the tree, measured as "
         f"{memory_method} growth (tracemalloc alone misses C++ allocations; its Python-only figure "
         "is in results.json).",

@@ -12,7 +12,7 @@ def render_table(result: RunResult) -> str:
     time divided by the baseline's (> 1: the baseline is faster). ns/leaf is the baseline's."""
     blocks = tree_blocks(result)
     if not blocks:
-        return "no results\n"
+        return render_workloads(result) or "no results\n"
     op_width = max(len(line.op) for block in blocks for line in block.lines)
     cell_width = 20
     if any(row.ratio is not None for row in result.rows):
@@ -45,4 +45,26 @@ def render_table(result: RunResult) -> str:
                 cells.append(f"{format_value(row.median, row.unit) + ratio:>{cell_width}}")
             per_leaf = "" if line.per_leaf_ns is None else f"{line.per_leaf_ns:.2f}"
             out.append(f"{line.op:<{op_width}}  {per_leaf:>9}  " + "  ".join(cells))
+    return "\n".join(out) + "\n" + render_workloads(result)
+
+
+def render_workloads(result: RunResult) -> str:
+    """The workloads' lines: plain and installed time per call and plain / installed."""
+    if not result.workloads:
+        return ""
+    width = max(len(row.name) for row in result.workloads)
+    out = [
+        "",
+        "== end-to-end workloads: time per call plain and with fastree installed; "
+        "speedup = plain / installed, > 1 means installing fastree helps",
+        f"{'workload':<{width}}  {'plain':>10}  {'installed':>10}  {'speedup':>8}",
+    ]
+    for row in result.workloads:
+        if row.not_run:
+            out.append(f"{row.name:<{width}}  not run: {row.not_run}")
+            continue
+        out.append(
+            f"{row.name:<{width}}  {format_value(row.plain, 'ns'):>10}  "
+            f"{format_value(row.installed, 'ns'):>10}  {format_ratio(row.speedup):>8}"
+        )
     return "\n".join(out) + "\n"
