@@ -33,7 +33,7 @@ PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool wit
     TreeDef def;
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
-    std::vector<PyObject*> no_paths;
+    RefVector no_paths;
     if (with_path) paths_buf.emplace();
     std::vector<PyObject*>& leaves = leaves_buf.get();
     std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;

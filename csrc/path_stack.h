@@ -27,7 +27,12 @@ class PathStack {
 
     // `key` is stolen.
     void Push(PyObject* key) {
-        entries_.push_back(key);
+        try {
+            entries_.push_back(key);
+        } catch (...) {
+            Py_DECREF(key);
+            throw;
+        }
         if (entries_.size() > kShallow) Count(key);
     }
 

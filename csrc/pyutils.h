@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace fastree {
 
@@ -38,6 +39,28 @@ class Ref {
  private:
     PyObject* p_ = nullptr;
 };
+
+// A vector of owned references, released when it dies: after an error path that did not hand
+// them on, and when a C++ exception (std::bad_alloc from a growing vector) unwinds through its
+// owner. Code that hands the references on clears the vector.
+class RefVector : public std::vector<PyObject*> {
+ public:
+    RefVector() = default;
+    RefVector(RefVector&&) noexcept = default;
+    RefVector(const RefVector&) = delete;
+    RefVector& operator=(const RefVector&) = delete;
+    ~RefVector() {
+        for (PyObject* p : *this) Py_XDECREF(p);
+    }
+};
+
+// Appends a new reference to `obj`. The reference is taken once the slot exists, so a
+// push_back that throws (std::bad_alloc) leaves nothing leaked.
+template <class Vec>
+inline void PushNewRef(Vec& vec, PyObject* obj) {
+    vec.push_back(obj);
+    Py_INCREF(obj);
+}
 
 // Leaves are scattered through the heap, and taking a reference writes to each one: on large
 // trees that cache miss per leaf is most of unflatten's own time. Loops that know the leaves in

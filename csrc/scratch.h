@@ -7,6 +7,7 @@
 
 #include <Python.h>
 
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,12 @@ class Scratch {
         }
     }
     ~Scratch() {
-        // Callers leave the vector empty (ownership of its references moved elsewhere).
+        // Callers normally leave the vector empty (ownership of its references moved
+        // elsewhere). What is left, after an error or a C++ exception (std::bad_alloc from a
+        // growing vector) unwinding through the caller, is owned and released here.
+        if constexpr (std::is_same_v<T, PyObject*>) {
+            for (PyObject* p : items_) Py_XDECREF(p);
+        }
         items_.clear();
         constexpr size_t kKeepBytes = size_t{8} << 20;  // don't pin huge buffers forever
         auto& pool = Pool();

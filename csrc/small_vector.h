@@ -2,6 +2,8 @@
 // would otherwise allocate on every dict node, and almost every dict has few keys.
 #pragma once
 
+#include <Python.h>
+
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -46,6 +48,18 @@ class SmallVector {
     T inline_[N];
     std::vector<T> heap_;
     size_t size_ = 0;
+};
+
+// Owned references with inline storage: whatever is still held when the vector dies is released
+// (after an error path, or when a C++ exception unwinds through the owner). Code that hands the
+// references on clears the vector.
+template <size_t N>
+class RefSmallVector : public SmallVector<PyObject*, N> {
+ public:
+    RefSmallVector() = default;
+    ~RefSmallVector() {
+        for (PyObject* p : *this) Py_XDECREF(p);
+    }
 };
 
 }  // namespace fastree

@@ -148,14 +148,16 @@ class Flattener {
 
     bool AddLeaf(PyObject* obj) {
         if constexpr (kPaths) {
-            PyObject* path = PathTuple();
-            if (path == nullptr) return false;
-            PyObject* pair = PyTuple_Pack(2, path, obj);
-            Py_DECREF(path);
-            if (pair == nullptr) return false;
-            paths_->push_back(pair);
+            Ref path(PathTuple());
+            if (!path) return false;
+            Ref pair(PyTuple_Pack(2, path.get(), obj));
+            if (!pair) return false;
+            paths_->push_back(pair.get());  // may throw: the Ref still owns the pair then
+            pair.release();
         }
-        leaves_->push_back(Py_NewRef(obj));
+        // The reference is taken once the slot exists, so a throwing push_back leaks nothing.
+        leaves_->push_back(obj);
+        Py_INCREF(obj);
         if constexpr (kDef) def_->nodes.push_back(kLeafNode);
         return true;
     }
@@ -167,13 +169,15 @@ class Flattener {
                   Py_ssize_t keys_begin = 0) {
         // Filled in place: a Node assembled on the stack from narrow stores and then copied with
         // wide loads stalls on store forwarding, once per node.
+        Ref data(node_data);  // owned until the payload table holds it
         Node& node = def_->nodes.emplace_back();
         node.kind = kind;
         node.arity = static_cast<Count>(arity);
         node.num_leaves = static_cast<Count>(leaves_->size() - leaves_before);
         node.num_nodes = static_cast<Count>(def_->nodes.size() - nodes_before);  // incl. this one
         if (HasPayload(kind)) {
-            node.payload = def_->AddPayload(node_data, custom);
+            node.payload = def_->AddPayload(data.get(), custom);
+            data.release();
         } else {
             node.keys_begin = static_cast<Count>(keys_begin);
         }
@@ -203,18 +207,19 @@ class Flattener {
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
         const Py_ssize_t n = PyTuple_GET_SIZE(obj);
-        PyObject* fields = nullptr;
+        Ref fields;
         if constexpr (kPaths) {
             if (kind == NodeKind::kNamedTuple) {
-                fields = PyObject_GetAttrString(type, "_fields");
-                if (fields == nullptr) return false;
+                // Read from the object, as JAX does (a tuple is a namedtuple by its own
+                // `_fields`, see registry.h).
+                fields = Ref(PyObject_GetAttrString(obj, "_fields"));
+                if (!fields) return false;
                 // A hand-made "namedtuple" may carry any _fields: JAX's check and text.
-                if (PyObject_Length(fields) != n) {
+                if (PyObject_Length(fields.get()) != n) {
                     PyErr_Clear();
                     PyErr_SetString(PyExc_ValueError,
                                     "A namedtuple's _fields attribute should have the same size "
                                     "as the tuple.");
-                    Py_DECREF(fields);
                     return false;
                 }
             }
@@ -223,24 +228,19 @@ class Flattener {
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* key = nullptr;
             if constexpr (kPaths) {
-                if (fields != nullptr) {
-                    PyObject* item = PySequence_GetItem(fields, i);
+                if (fields) {
+                    Ref item(PySequence_GetItem(fields.get(), i));
                     // JAX keys a field by str(name), whatever the name is.
-                    PyObject* name = item && !PyUnicode_CheckExact(item) ? PyObject_Str(item)
-                                                                         : Py_XNewRef(item);
-                    key = name ? keys::GetAttr(name) : nullptr;
-                    Py_XDECREF(name);
-                    Py_XDECREF(item);
+                    Ref name(item && !PyUnicode_CheckExact(item.get())
+                                 ? PyObject_Str(item.get())
+                                 : Py_XNewRef(item.get()));
+                    key = name ? keys::GetAttr(name.get()) : nullptr;
                 } else {
                     key = keys::Sequence(i);
                 }
             }
-            if (!Child(PyTuple_GET_ITEM(obj, i), key)) {
-                Py_XDECREF(fields);
-                return false;
-            }
+            if (!Child(PyTuple_GET_ITEM(obj, i), key)) return false;
         }
-        Py_XDECREF(fields);
         if constexpr (kDef) {
             PushNode(kind, n, leaves_before, nodes_before, Py_XNewRef(type));
         }
@@ -256,12 +256,10 @@ class Flattener {
         // the size each step and hold a reference to the item we descend into.
         Py_ssize_t i = 0;
         for (; i < PyList_GET_SIZE(obj); ++i) {
-            PyObject* item = Py_NewRef(PyList_GET_ITEM(obj, i));
+            Ref item(Py_NewRef(PyList_GET_ITEM(obj, i)));
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Sequence(i);
-            bool ok = Child(item, key);
-            Py_DECREF(item);
-            if (!ok) return false;
+            if (!Child(item.get(), key)) return false;
         }
         if constexpr (kDef) PushNode(NodeKind::kList, i, leaves_before, nodes_before);
         return true;
@@ -299,7 +297,8 @@ class Flattener {
             keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
             for (Py_ssize_t i = 0; i < n; ++i) {
                 if constexpr (kPaths) {
-                    def_->keys.push_back(Py_NewRef(items[i].key));  // VisitItems makes its key
+                    def_->keys.push_back(items[i].key);  // VisitItems makes its key
+                    Py_INCREF(items[i].key);
                 } else {
                     def_->keys.push_back(items[i].key);  // the item's reference moves over
                     items[i].key = nullptr;
@@ -320,24 +319,16 @@ class Flattener {
         Items items;
         if (!GatherDictItems(obj, items, /*wrap_error=*/false)) return false;
         const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        PyObject* node_data = nullptr;
+        Ref node_data;
         if constexpr (kDef) {
-            PyObject* factory = PyObject_GetAttrString(obj, "default_factory");
-            PyObject* keys = factory ? KeysTuple(items) : nullptr;
-            node_data = keys ? PyTuple_Pack(2, factory, keys) : nullptr;
-            Py_XDECREF(factory);
-            Py_XDECREF(keys);
-            if (node_data == nullptr) {
-                ReleaseItems(items, 0);
-                return false;
-            }
+            Ref factory(PyObject_GetAttrString(obj, "default_factory"));
+            Ref keys(factory ? KeysTuple(items) : nullptr);
+            node_data = Ref(keys ? PyTuple_Pack(2, factory.get(), keys.get()) : nullptr);
+            if (!node_data) return false;
         }
-        if (!VisitItems(items)) {
-            Py_XDECREF(node_data);
-            return false;
-        }
+        if (!VisitItems(items)) return false;
         if constexpr (kDef) PushNode(NodeKind::kDefaultDict, n, leaves_before, nodes_before,
-                                     node_data, reg);
+                                     node_data.release(), reg);
         return true;
     }
 
@@ -349,20 +340,14 @@ class Flattener {
         Items items;
         if (!GatherOrderedItems(obj, items)) return false;
         const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        PyObject* node_data = nullptr;
+        Ref node_data;
         if constexpr (kDef) {
-            node_data = KeysTuple(items);  // the keys in the OrderedDict's order
-            if (node_data == nullptr) {
-                ReleaseItems(items, 0);
-                return false;
-            }
+            node_data = Ref(KeysTuple(items));  // the keys in the OrderedDict's order
+            if (!node_data) return false;
         }
-        if (!VisitItems(items)) {
-            Py_XDECREF(node_data);
-            return false;
-        }
+        if (!VisitItems(items)) return false;
         if constexpr (kDef) PushNode(NodeKind::kOrderedDict, n, leaves_before, nodes_before,
-                                     node_data, reg);
+                                     node_data.release(), reg);
         return true;
     }
 
@@ -427,34 +412,23 @@ class Flattener {
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        PyObject* node_data = nullptr;
+        Ref node_data;
         if constexpr (kDef) {
-            node_data = GetAttrs(obj, reg->meta_fields);
-            if (node_data == nullptr) return false;
-            if (!aux::Check(reg->type, node_data, root_)) {
-                Py_DECREF(node_data);
-                return false;
-            }
+            node_data = Ref(GetAttrs(obj, reg->meta_fields));
+            if (!node_data) return false;
+            if (!aux::Check(reg->type, node_data.get(), root_)) return false;
         }
         const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
         for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* name = PyTuple_GET_ITEM(reg->data_fields, i);
-            PyObject* child = PyObject_GetAttr(obj, name);
-            if (child == nullptr) {
-                Py_XDECREF(node_data);
-                return false;
-            }
+            PyObject* name = PyTuple_GET_ITEM(reg->data_fields, i);  // the registration's
+            Ref child(PyObject_GetAttr(obj, name));
+            if (!child) return false;
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::GetAttr(name);
-            bool ok = Child(child, key);
-            Py_DECREF(child);
-            if (!ok) {
-                Py_XDECREF(node_data);
-                return false;
-            }
+            if (!Child(child.get(), key)) return false;
         }
         if constexpr (kDef) PushNode(NodeKind::kDataclass, n, leaves_before, nodes_before,
-                                     node_data, reg);
+                                     node_data.release(), reg);
         return true;
     }
 
@@ -480,30 +454,20 @@ class Flattener {
             fn = reg->flatten_with_keys;
             with_keys = true;
         }
-        PyObject* result = PyObject_CallOneArg(fn, obj);
-        if (result == nullptr) return false;
-        PyObject* children;
+        Ref result(PyObject_CallOneArg(fn, obj));
+        if (!result) return false;
+        PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
         PyObject* aux;
-        if (!SplitFlattenResult(result, with_keys, &children, &aux)) {
-            Py_DECREF(result);
-            return false;
-        }
+        if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
         if constexpr (kDef) {  // aux only matters where it enters a treedef
-            if (!aux::Check(reg->type, aux, root_)) {
-                Py_DECREF(result);
-                return false;
-            }
+            if (!aux::Check(reg->type, aux, root_)) return false;
         }
         Py_ssize_t arity = 0;
-        bool ok = with_keys ? VisitKeyedChildren(children, result, &arity)
-                            : VisitChildren(children, result, &arity);
-        if (!ok) {
-            Py_DECREF(result);
-            return false;
-        }
+        bool ok = with_keys ? VisitKeyedChildren(children, result.get(), &arity)
+                            : VisitChildren(children, result.get(), &arity);
+        if (!ok) return false;
         if constexpr (kDef) PushNode(NodeKind::kCustom, arity, leaves_before, nodes_before,
                                      Py_NewRef(aux), reg);
-        Py_DECREF(result);
         return true;
     }
 
@@ -518,47 +482,31 @@ class Flattener {
             *arity = n;
             return true;
         }
-        PyObject* it = IterChildren(children, result, /*with_keys=*/false);
-        if (it == nullptr) return false;
+        Ref it(IterChildren(children, result, /*with_keys=*/false));
+        if (!it) return false;
         Py_ssize_t i = 0;
-        while (PyObject* child = PyIter_Next(it)) {
+        while (Ref child{PyIter_Next(it.get())}) {
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::FlattenedIndex(i);
-            bool ok = Child(child, key);
-            Py_DECREF(child);
-            if (!ok) {
-                Py_DECREF(it);
-                return false;
-            }
+            if (!Child(child.get(), key)) return false;
             ++i;
         }
-        Py_DECREF(it);
         if (PyErr_Occurred()) return false;
         *arity = i;
         return true;
     }
 
     bool VisitKeyedChildren(PyObject* pairs, PyObject* result, Py_ssize_t* arity) {
-        PyObject* it = IterChildren(pairs, result, /*with_keys=*/true);
-        if (it == nullptr) return false;
+        Ref it(IterChildren(pairs, result, /*with_keys=*/true));
+        if (!it) return false;
         Py_ssize_t i = 0;
-        while (PyObject* pair = PyIter_Next(it)) {
-            if (!CheckKeyChildPair(pair)) {
-                Py_DECREF(pair);
-                Py_DECREF(it);
-                return false;
-            }
+        while (Ref pair{PyIter_Next(it.get())}) {
+            if (!CheckKeyChildPair(pair.get())) return false;  // a 2-tuple from here on
             PyObject* key = nullptr;
-            if constexpr (kPaths) key = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-            bool ok = Child(PyTuple_GET_ITEM(pair, 1), key);
-            Py_DECREF(pair);
-            if (!ok) {
-                Py_DECREF(it);
-                return false;
-            }
+            if constexpr (kPaths) key = Py_NewRef(PyTuple_GET_ITEM(pair.get(), 0));
+            if (!Child(PyTuple_GET_ITEM(pair.get(), 1), key)) return false;
             ++i;
         }
-        Py_DECREF(it);
         if (PyErr_Occurred()) return false;
         *arity = i;
         return true;
@@ -626,7 +574,7 @@ bool FlattenInto(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, Tre
     if (!ok && cycle) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        std::vector<PyObject*> scratch_leaves, scratch_paths;
+        RefVector scratch_leaves, scratch_paths;
         bool again = Run<false, true>(tree, is_leaf, is_leaf_takes_path, nullptr, &scratch_leaves,
                                       &scratch_paths, &cycle);
         DecrefAll(scratch_leaves);

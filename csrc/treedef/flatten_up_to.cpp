@@ -57,7 +57,7 @@ class PrefixWalker {
     }
 
     bool Run(PyObject* tree) {
-        agenda_.push_back(Py_NewRef(tree));
+        PushNewRef(agenda_, tree);
         const size_t out_begin = out_->size();
         for (Py_ssize_t i = def_.num_nodes() - 1; i >= 0; --i) {
             PyObject* obj = agenda_.back();
@@ -139,11 +139,11 @@ class PrefixWalker {
         if (AllChildrenAreLeaves(node)) {
             // Fast path (parameter lists, flat lists): the output is built reversed, so emit
             // the children last-first without a round trip through the agenda.
-            for (Py_ssize_t i = n - 1; i >= 0; --i) out_->push_back(Py_NewRef(items[i]));
+            for (Py_ssize_t i = n - 1; i >= 0; --i) PushNewRef(*out_, items[i]);
             leaf_children_done_ = true;
             return;
         }
-        for (Py_ssize_t i = 0; i < n; ++i) agenda_.push_back(Py_NewRef(items[i]));
+        for (Py_ssize_t i = 0; i < n; ++i) PushNewRef(agenda_, items[i]);
     }
 
     bool StepDict(const Node& node, PyObject* obj) {
@@ -312,7 +312,7 @@ class PrefixWalker {
                                               "; value: " + Repr(obj) + ".");
         }
         for (Py_ssize_t i = 0; i < n; ++i) {
-            agenda_.push_back(Py_NewRef(PyTuple_GET_ITEM(children.get(), i)));
+            PushNewRef(agenda_, PyTuple_GET_ITEM(children.get(), i));
         }
         return true;
     }
@@ -372,20 +372,23 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     if (def.nodes.empty()) return nullptr;
     const Node& root = def.nodes.back();
     if (!AllChildrenAreLeaves(root)) return nullptr;
+    const bool want_tuple = root.kind == NodeKind::kTuple;
+    if (!want_tuple && root.kind != NodeKind::kList) return nullptr;
+    // The result is allocated before the items are read: allocating can run the cyclic GC,
+    // whose finalizers may change `tree` (a list). Nothing between the size check and the copy
+    // below runs Python code.
+    Ref out(PyList_New(root.arity));
+    if (!out) return nullptr;
     PyObject* const* items;
-    if (root.kind == NodeKind::kTuple && PyTuple_CheckExact(tree) &&
-        PyTuple_GET_SIZE(tree) == root.arity) {
+    if (want_tuple && PyTuple_CheckExact(tree) && PyTuple_GET_SIZE(tree) == root.arity) {
         items = &PyTuple_GET_ITEM(tree, 0);
-    } else if (root.kind == NodeKind::kList && PyList_CheckExact(tree) &&
-               PyList_GET_SIZE(tree) == root.arity) {
-        items = &PyList_GET_ITEM(tree, 0);  // nothing below runs Python code to change it
+    } else if (!want_tuple && PyList_CheckExact(tree) && PyList_GET_SIZE(tree) == root.arity) {
+        items = &PyList_GET_ITEM(tree, 0);
     } else {
-        return nullptr;
+        return nullptr;  // not this case (dropping the empty list runs no Python code)
     }
-    PyObject* out = PyList_New(root.arity);
-    if (out == nullptr) return nullptr;
-    for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out, i, Py_NewRef(items[i]));
-    return out;
+    for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out.get(), i, Py_NewRef(items[i]));
+    return out.release();
 }
 
 bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {

@@ -62,12 +62,12 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     const TreeDef& def = scratch_def.def;
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
-    std::vector<PyObject*> no_paths;
+    RefVector no_paths;
     if (with_path) paths_buf.emplace();
     std::vector<PyObject*>& leaves = leaves_buf.get();
     std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;  // (path, leaf) pairs when with_path
     // columns[j] holds the leaves of rest[j], cut to the first tree's structure.
-    std::vector<std::vector<PyObject*>> columns(static_cast<size_t>(num_rest));
+    std::vector<RefVector> columns(static_cast<size_t>(num_rest));
     PyObject* out = nullptr;
     auto cleanup = [&] {
         DecrefAll(leaves);

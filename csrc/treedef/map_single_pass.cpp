@@ -144,7 +144,7 @@ class SinglePassMapper {
     // register_dataclass: fields read and the instance rebuilt by flatten's and unflatten's rules
     // (meta fields as aux_data, checked; data fields as children; the class called by keyword).
     PyObject* VisitDataclass(PyObject* obj, const Registration* reg) {
-        SmallVector<PyObject*, 8> children;  // owned
+        RefSmallVector<8> children;  // owned
         Ref meta;
         {
             RecursionGuard guard(kFlattenRecursionWhere);
@@ -154,15 +154,16 @@ class SinglePassMapper {
             Ref data(GetAttrs(obj, reg->data_fields));
             if (!data) return nullptr;
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(data.get()); ++i) {
-                children.push_back(Py_NewRef(PyTuple_GET_ITEM(data.get(), i)));
+                PushNewRef(children, PyTuple_GET_ITEM(data.get(), i));
             }
             if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
                 failed()) {
-                for (PyObject* child : children) Py_DECREF(child);
-                return Stopped();
+                return Stopped();  // `children` releases what it holds
             }
         }
-        return BuildDataclass(reg, meta.get(), children.begin());
+        PyObject* out = BuildDataclass(reg, meta.get(), children.begin());
+        children.clear();  // BuildDataclass consumed them
+        return out;
     }
 
     // OrderedDict (its own iteration order) and defaultdict (sorted keys, as a dict), rebuilt as
@@ -222,21 +223,20 @@ class SinglePassMapper {
         const Py_ssize_t n = Py_SIZE(obj);
         PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
                                           : reinterpret_cast<PyTupleObject*>(obj)->ob_item;
-        SmallVector<PyObject*, 8> items;
-        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(Py_NewRef(source[i]));
+        // Copied with references before anything can run Python code (push_back only
+        // allocates C++ memory, which cannot start the cyclic GC).
+        RefSmallVector<8> items;
+        for (Py_ssize_t i = 0; i < n; ++i) PushNewRef(items, source[i]);
         if (!MapEach(items.size(), [&](size_t i) -> PyObject*& { return items[i]; }) ||
             failed()) {
-            for (PyObject* item : items) Py_DECREF(item);
-            return Stopped();
+            return Stopped();  // `items` releases what it holds
         }
         PyObject* out = is_list ? PyList_New(n) : PyTuple_New(n);
-        if (out == nullptr) {
-            for (PyObject* item : items) Py_DECREF(item);
-            return nullptr;
-        }
+        if (out == nullptr) return nullptr;
         PyObject** target = is_list ? reinterpret_cast<PyListObject*>(out)->ob_item
                                     : reinterpret_cast<PyTupleObject*>(out)->ob_item;
         for (Py_ssize_t i = 0; i < n; ++i) target[i] = items[i];  // references move over
+        items.clear();
         return out;
     }
 
@@ -263,7 +263,7 @@ class SinglePassMapper {
     // registrations): its functions called directly, with flatten's checks and errors, rather
     // than through a one-level treedef built and dropped per node.
     PyObject* VisitCustom(PyObject* obj, const Registration* reg) {
-        SmallVector<PyObject*, 8> children;  // owned
+        RefSmallVector<8> children;  // owned
         Ref result;
         PyObject* aux = nullptr;  // borrowed from `result`
         {
@@ -279,18 +279,15 @@ class SinglePassMapper {
             }
             if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
                 failed()) {
-                for (PyObject* child : children) Py_DECREF(child);
-                return Stopped();
+                return Stopped();  // `children` releases what it holds
             }
         }
         // unflatten(aux_data, children_tuple), as unflatten calls it.
         const Py_ssize_t n = static_cast<Py_ssize_t>(children.size());
         PyObject* tuple = PyTuple_New(n);
-        if (tuple == nullptr) {
-            for (PyObject* child : children) Py_DECREF(child);
-            return nullptr;
-        }
+        if (tuple == nullptr) return nullptr;
         for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(tuple, i, children[i]);
+        children.clear();  // moved into the tuple
         PyObject* args[2] = {aux, tuple};
         PyObject* out = PyObject_Vectorcall(reg->unflatten, args, 2, nullptr);
         Py_DECREF(tuple);
@@ -299,17 +296,19 @@ class SinglePassMapper {
 
     // Appends owned references to the children half of a flatten result; JAX's error if it is not
     // iterable.
-    static bool TakeChildren(PyObject* kids, PyObject* result, SmallVector<PyObject*, 8>& out) {
+    static bool TakeChildren(PyObject* kids, PyObject* result, RefSmallVector<8>& out) {
         if (PyTuple_CheckExact(kids)) {
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kids); ++i) {
-                out.push_back(Py_NewRef(PyTuple_GET_ITEM(kids, i)));
+                PushNewRef(out, PyTuple_GET_ITEM(kids, i));
             }
             return true;
         }
-        PyObject* it = IterChildren(kids, result, /*with_keys=*/false);
-        if (it == nullptr) return false;
-        while (PyObject* child = PyIter_Next(it)) out.push_back(child);
-        Py_DECREF(it);
+        Ref it(IterChildren(kids, result, /*with_keys=*/false));
+        if (!it) return false;
+        while (Ref child{PyIter_Next(it.get())}) {
+            out.push_back(child.get());  // may throw: the Ref still owns the child then
+            child.release();
+        }
         if (!PyErr_Occurred()) return true;
         for (PyObject* child : out) Py_DECREF(child);
         out.clear();
@@ -355,14 +354,14 @@ class SinglePassMapper {
         PyObject* out = VisitRegistered(obj, reg);
         if (out == nullptr) return nullptr;
         identity_->Find(obj)->value = static_cast<Py_ssize_t>(identity_outputs_.size());
-        identity_outputs_.push_back(Py_NewRef(out));
+        PushNewRef(identity_outputs_, out);
         return out;
     }
 
     // A cycle through an identity-preserving node. flatten names both key paths of the cycle;
     // rather than track paths on every walk for this error alone, let flatten raise it.
     PyObject* RaiseCycle() {
-        std::vector<PyObject*> leaves;
+        RefVector leaves;
         bool ok = Flatten(root_, nullptr, false, static_cast<TreeDef*>(nullptr), &leaves, nullptr);
         DecrefAll(leaves);
         if (ok) {  // the tree changed under us (a callback mutated it): say what we saw
@@ -383,7 +382,7 @@ class SinglePassMapper {
     // Identity-preserving objects met so far -> index in identity_outputs_ (kInProgress while
     // their subtree is mapped). Allocated on first use only.
     std::unique_ptr<PointerMap> identity_;
-    std::vector<PyObject*> identity_outputs_;  // owned
+    RefVector identity_outputs_;  // owned
 };
 
 }  // namespace

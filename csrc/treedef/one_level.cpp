@@ -68,8 +68,8 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
         if (fn != nullptr) return CustomOneLevel(fn, tree, with_keys);
     }
     TreeDef def;
-    std::vector<PyObject*> children;
-    std::vector<PyObject*> paths;
+    RefVector children;
+    RefVector paths;
     bool ok = FlattenOneLevel(tree, &def, &children, with_keys ? &paths : nullptr);
     Ref data;
     if (ok) {

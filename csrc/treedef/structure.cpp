@@ -114,7 +114,7 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
             }
             node.keys_begin = static_cast<Py_ssize_t>(def->keys.size());
             for (Py_ssize_t i = 0; i < arity; ++i) {
-                def->keys.push_back(Py_NewRef(PyTuple_GET_ITEM(keys.get(), i)));
+                PushNewRef(def->keys, PyTuple_GET_ITEM(keys.get(), i));
             }
             break;
         }
@@ -258,7 +258,7 @@ PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject*
     Ref seq(PySequence_Tuple(leaves));
     if (!seq) return nullptr;
     if (!CheckLeafCount(def, PyTuple_GET_SIZE(seq.get()))) return nullptr;
-    std::vector<PyObject*> stack;
+    RefVector stack;
     std::unordered_map<Py_ssize_t, PyObject*> shared;  // owned: results of shared nodes
     auto release = [&] {
         DecrefAll(stack);

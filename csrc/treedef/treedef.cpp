@@ -54,7 +54,7 @@ void TreeDef::AppendCopy(const TreeDef& src, const Node& node) {
     if (node.kind == NodeKind::kDict) {
         copy.keys_begin = static_cast<Count>(keys.size());
         for (Py_ssize_t k = 0; k < node.arity; ++k) {
-            keys.push_back(Py_NewRef(src.keys[node.keys_begin + k]));
+            PushNewRef(keys, src.keys[node.keys_begin + k]);
         }
     } else if (HasPayload(node.kind)) {
         const NodePayload& payload = src.payloads[node.payload];

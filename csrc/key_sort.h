@@ -1,0 +1,302 @@
+// Sorting dict keys into exactly JAX's order, fast on the orders real trees have.
+//
+// jaxlib sorts a dict's keys with std::stable_sort over Python's `<` (libstdc++'s algorithm).
+// For keys with a total order (the same type of str or int: nearly every pytree) any correct sort
+// gives that order, since dict keys are distinct; such keys are compared in C and sorted by
+// natural merging, which takes n - 1 comparisons on sorted input and a few passes on input made
+// of a few sorted runs (k0..k9 | k10..k99 | k100..k999 inserted in numeric order, reversed
+// input). For other keys (NaN, frozensets, mixed numbers, user classes) `<` is not a total
+// order and different algorithms give different permutations: those are sorted by a replica of
+// libstdc++'s stable_sort, which reproduces jaxlib's permutation exactly (tests compare the two
+// on random NaN and frozenset dicts). Unlike the original, the replica's inner loops are bounds
+// checked, so a `__lt__` that answers inconsistently cannot walk it off the array.
+//
+// Every routine here sorts a range of records that own their keys, so a comparison that runs
+// Python code (and with it the cyclic GC, finalizers, other threads) finds nothing borrowed.
+#pragma once
+
+#include <Python.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "pyutils.h"
+
+namespace fastree {
+
+// `a < b` for two exact str keys, in code-point order (Python's). ASCII keys, nearly all pytree
+// keys, compare byte by byte inline: sorting is a visible share of flattening parameter dicts, and
+// PyUnicode_Compare re-checks types and kinds on every call.
+inline bool StrLess(PyObject* a, PyObject* b) {
+    if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b)) {
+        const Py_UCS1* pa = PyUnicode_1BYTE_DATA(a);
+        const Py_UCS1* pb = PyUnicode_1BYTE_DATA(b);
+        const Py_ssize_t la = PyUnicode_GET_LENGTH(a);
+        const Py_ssize_t lb = PyUnicode_GET_LENGTH(b);
+        const Py_ssize_t common = la < lb ? la : lb;
+        // Keys are short and usually differ early: a byte loop beats a call to memcmp.
+        for (Py_ssize_t i = 0; i < common; ++i) {
+            if (pa[i] != pb[i]) return pa[i] < pb[i];
+        }
+        return la < lb;
+    }
+    return PyUnicode_Compare(a, b) < 0;  // cannot fail for two str objects
+}
+
+// Sorts [first, last) by a strict total order `less` with no equal elements. Ascending runs are
+// found first (a strictly descending run is reversed in place); a range of one run is done, a
+// range of few runs is merged run by run, and anything else goes to std::sort.
+template <class It, class Less>
+void NaturalSort(It first, It last, Less less) {
+    const ptrdiff_t n = last - first;
+    if (n < 2) return;
+    std::vector<ptrdiff_t> bounds{0};  // start of each run, then n
+    ptrdiff_t i = 0;
+    while (i < n) {
+        ptrdiff_t j = i + 1;
+        if (j < n && less(first[j], first[j - 1])) {
+            while (j < n && less(first[j], first[j - 1])) ++j;
+            std::reverse(first + i, first + j);  // strictly descending: no ties to keep stable
+        } else {
+            while (j < n && !less(first[j], first[j - 1])) ++j;
+        }
+        i = j;
+        bounds.push_back(i);
+        // Mostly unordered input: runs of ~2; merging them would lose to one std::sort.
+        if (bounds.size() > 64 && static_cast<ptrdiff_t>(bounds.size()) * 8 > i) {
+            std::sort(first, last, less);
+            return;
+        }
+    }
+    // Merge neighbouring runs pairwise until one is left: n log2(runs) comparisons.
+    while (bounds.size() > 2) {
+        std::vector<ptrdiff_t> merged{0};
+        for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
+            if (r + 2 < bounds.size()) {
+                std::inplace_merge(first + bounds[r], first + bounds[r + 1], first + bounds[r + 2],
+                                   less);
+                merged.push_back(bounds[r + 2]);
+            } else {
+                merged.push_back(bounds[r + 1]);
+            }
+        }
+        bounds.swap(merged);
+    }
+}
+
+// An exact int key's value, if it fits in 64 bits.
+inline bool SmallIntValue(PyObject* key, long long* out) {
+    if (!PyLong_CheckExact(key)) return false;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(key, &overflow);
+    return overflow == 0 && !(*out == -1 && PyErr_Occurred());
+}
+
+// Keys all exact str, or all exact ints of 64 bits: sorted in C (no Python code runs) and true.
+// Otherwise false, with nothing changed.
+template <class It, class KeyOf>
+bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
+    bool all_str = true;
+    bool all_int = true;
+    for (It it = first; it != last && (all_str || all_int); ++it) {
+        PyObject* key = key_of(*it);
+        all_str = all_str && PyUnicode_CheckExact(key);
+        all_int = all_int && PyLong_CheckExact(key);
+    }
+    using Record = typename std::iterator_traits<It>::value_type;
+    if (all_str) {
+        if (last - first == 2) {  // {"bias", "kernel"}-style dicts are the common case
+            if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
+            return true;
+        }
+        NaturalSort(first, last, [&](const Record& a, const Record& b) {
+            return StrLess(key_of(a), key_of(b));
+        });
+        return true;
+    }
+    if (!all_int) return false;
+    // Sort (value, position) pairs, then permute the records once.
+    std::vector<std::pair<long long, ptrdiff_t>> order;
+    order.reserve(static_cast<size_t>(last - first));
+    for (It it = first; it != last; ++it) {
+        long long value;
+        if (!SmallIntValue(key_of(*it), &value)) {
+            PyErr_Clear();
+            return false;  // a big int: the general path compares it
+        }
+        order.emplace_back(value, it - first);
+    }
+    NaturalSort(order.begin(), order.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Record> sorted;
+    sorted.reserve(order.size());
+    for (const auto& entry : order) sorted.push_back(first[entry.second]);
+    std::copy(sorted.begin(), sorted.end(), first);
+    return true;
+}
+
+// ---- jaxlib's order for keys without a total order
+
+// Python's `a < b`, remembering the first failure: the sort then runs to its end without calling
+// Python again (every later comparison answers false), and the caller reports the error.
+class PyLess {
+ public:
+    bool operator()(PyObject* a, PyObject* b) {
+        if (failed_) return false;
+        int r = PyObject_RichCompareBool(a, b, Py_LT);
+        if (r < 0) {
+            failed_ = true;
+            return false;
+        }
+        return r != 0;
+    }
+    bool failed() const { return failed_; }
+
+ private:
+    bool failed_ = false;
+};
+
+// libstdc++'s std::stable_sort (GCC 12, buffer available): each half sorted by insertion sort
+// of 7-element chunks and alternating merge passes through a buffer, then the halves merged.
+// Same comparisons in the same order, so the same permutation for any comparator; the inner
+// loops check their bounds.
+template <class Record, class Less>
+class StableSortReplica {
+ public:
+    StableSortReplica(Record* a, ptrdiff_t n, Less& less) : a_(a), n_(n), less_(less) {}
+
+    void Run() {
+        if (n_ < 2) return;
+        buffer_.resize(static_cast<size_t>((n_ + 1) / 2));
+        const ptrdiff_t half = (n_ + 1) / 2;
+        MergeSortWithBuffer(a_, half);
+        MergeSortWithBuffer(a_ + half, n_ - half);
+        MergeAdaptive(half);
+    }
+
+ private:
+    static constexpr ptrdiff_t kChunk = 7;  // libstdc++'s _S_chunk_size
+
+    void InsertionSort(Record* first, Record* last) {
+        if (first == last) return;
+        for (Record* i = first + 1; i < last; ++i) {
+            Record value = *i;
+            if (less_(value, *first)) {
+                std::move_backward(first, i, i + 1);
+                *first = value;
+            } else {
+                // libstdc++ leaves this loop unguarded (comp(value, *first) was false); kept
+                // guarded here so an inconsistent comparator stays inside the array.
+                Record* hole = i;
+                while (hole - 1 >= first && less_(value, *(hole - 1))) {
+                    *hole = *(hole - 1);
+                    --hole;
+                }
+                *hole = value;
+            }
+        }
+    }
+
+    static Record* MoveMerge(Record* f1, Record* l1, Record* f2, Record* l2, Record* out,
+                             Less& less) {
+        while (f1 != l1 && f2 != l2) {
+            if (less(*f2, *f1)) {
+                *out++ = *f2++;
+            } else {
+                *out++ = *f1++;
+            }
+        }
+        out = std::copy(f1, l1, out);
+        return std::copy(f2, l2, out);
+    }
+
+    void MergeSortLoop(Record* first, Record* last, Record* out, ptrdiff_t step) {
+        const ptrdiff_t two = 2 * step;
+        while (last - first >= two) {
+            out = MoveMerge(first, first + step, first + step, first + two, out, less_);
+            first += two;
+        }
+        step = std::min<ptrdiff_t>(last - first, step);
+        MoveMerge(first, first + step, first + step, last, out, less_);
+    }
+
+    void MergeSortWithBuffer(Record* first, ptrdiff_t len) {
+        Record* const last = first + len;
+        Record* const buffer = buffer_.data();
+        ptrdiff_t step = kChunk;
+        Record* chunk = first;
+        while (last - chunk >= step) {
+            InsertionSort(chunk, chunk + step);
+            chunk += step;
+        }
+        InsertionSort(chunk, last);
+        while (step < len) {
+            MergeSortLoop(first, last, buffer, step);
+            step *= 2;
+            MergeSortLoop(buffer, buffer + len, first, step);
+            step *= 2;
+        }
+    }
+
+    // The two sorted halves [0, middle) and [middle, n) merged, the shorter one through the
+    // buffer (libstdc++'s __merge_adaptive when the buffer holds it).
+    void MergeAdaptive(ptrdiff_t middle) {
+        Record* const first = a_;
+        Record* const mid = a_ + middle;
+        Record* const last = a_ + n_;
+        Record* const buffer = buffer_.data();
+        if (middle <= n_ - middle) {
+            Record* buffer_end = std::copy(first, mid, buffer);
+            Record* f1 = buffer;
+            Record* f2 = mid;
+            Record* out = first;
+            while (f1 != buffer_end && f2 != last) {
+                if (less_(*f2, *f1)) {
+                    *out++ = *f2++;
+                } else {
+                    *out++ = *f1++;
+                }
+            }
+            std::copy(f1, buffer_end, out);
+            return;
+        }
+        Record* buffer_end = std::copy(mid, last, buffer);
+        // Backward merge of [first, mid) and the buffer into [.., last).
+        Record* l1 = mid - 1;
+        Record* l2 = buffer_end - 1;
+        Record* out = last;
+        while (true) {
+            if (less_(*l2, *l1)) {
+                *--out = *l1;
+                if (l1 == first) {
+                    std::copy_backward(buffer, l2 + 1, out);
+                    return;
+                }
+                --l1;
+            } else {
+                *--out = *l2;
+                if (l2 == buffer) return;
+                --l2;
+            }
+        }
+    }
+
+    Record* a_;
+    ptrdiff_t n_;
+    Less& less_;
+    std::vector<Record> buffer_;
+};
+
+// Sorts [first, last) into jaxlib's order under Python's `<`. False with the Python error set if
+// a comparison raised (the records are then in some order, all still present).
+template <class Record, class KeyOf>
+bool JaxStableSortKeys(Record* first, Record* last, KeyOf key_of) {
+    PyLess py_less;
+    auto less = [&](const Record& a, const Record& b) { return py_less(key_of(a), key_of(b)); };
+    StableSortReplica<Record, decltype(less)> sorter(first, last - first, less);
+    sorter.Run();
+    return !py_less.failed();
+}
+
+}  // namespace fastree
