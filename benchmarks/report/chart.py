@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ops import OPS
+from benchmarks.report.format import format_value
 from benchmarks.report.grid import mean_ratios, ratio_of, variant_groups
 from benchmarks.report.palette import HEADLINE_COMPETITORS, INSTALLED_COLOR, color_of, label_of
 from benchmarks.report.plotting import (
@@ -68,7 +69,7 @@ def write_chart(result: RunResult, path: Path) -> None:
             _workloads_panel(ax, workloads)
     figure.suptitle(
         f"{result.baseline} speedup (higher is better): {result.settings.get('mode', '?')} run, "
-        f"{result.environment.get('cpu', '?')}",
+        f"{result.environment.get('cpu', '?')}, {result.environment.get('cpu_count', '?')} cores",
         fontsize=13,
         fontweight="bold",
     )
@@ -158,7 +159,7 @@ def _workloads_panel(ax: Any, workloads: list[Any]) -> None:
     measured = [(i, row.speedup) for i, row in enumerate(workloads) if row.speedup]
     values = [speedup for _, speedup in measured]
     starts, lengths = diverging(values)
-    bars = ax.barh(
+    ax.barh(
         [i for i, _ in measured],
         lengths,
         left=starts,
@@ -167,9 +168,20 @@ def _workloads_panel(ax: Any, workloads: list[Any]) -> None:
         label="plain time / installed time",
         zorder=2,
     )
-    ax.bar_label(bars, labels=[speedup_label(v) for v in values], fontsize=9, padding=3)
+    # Labels right of the 1x line even for bars left of it, clear of the workload names.
+    for i, row in enumerate(workloads):
+        if row.speedup:
+            ax.annotate(
+                f"{speedup_label(row.speedup)}  ({format_value(row.plain, 'ns')} → "
+                f"{format_value(row.installed, 'ns')})",
+                (max(1.0, row.speedup), i),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8.5,
+            )
     low = min([0.8, *values]) - 0.05
-    high = max([1.3, *values]) * 1.15
+    high = max([1.3, *values]) * 1.3  # room for the labels
     for i, row in enumerate(workloads):
         if not row.speedup:
             ax.text(1.0, i, f"  not run: {row.not_run}"[:70], va="center", fontsize=8, color="0.35")
