@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> RunResult:
     if args.baseline not in LOADERS:
         raise SystemExit(f"--baseline must be one of {', '.join(LOADERS)}, not {args.baseline!r}")
     settings = settings_for(args.quick)
+    uninstalled = _take_fastree_out_of_jax()
     planned = plan(settings, args.leaves, args.only)
     wanted_ops = {op for tree in planned for op in tree.ops}
     # Import only the libraries some selected op needs (flax alone takes over a second).
@@ -142,11 +143,28 @@ def run(args: argparse.Namespace) -> RunResult:
 
     result.workloads = _run_workloads(settings, args.only, result)
     result.environment = describe(args.device, result.libraries, memory_method)
+    if uninstalled:
+        result.environment["fastree_install_at_start"] = uninstalled
     if result.workloads and any(row.speedup for row in result.workloads):
         result.environment["fastree_installed_routes"] = _routes()
     result.duration_s = round(time.perf_counter() - started, 1)
     _progress(f"done in {result.duration_s:.1f} s")
     return result
+
+
+def _take_fastree_out_of_jax() -> str | None:
+    """Under ``python -m fastree.run`` or FASTREE_INSTALL=1, jax.tree_util's functions are
+    fastree's, so the "jax" column would time fastree and the workloads would have no plain
+    baseline: fastree is uninstalled for the run, and the run says so."""
+    fastree = sys.modules.get("fastree")
+    if fastree is None or not getattr(fastree, "is_installed", lambda: False)():
+        return None
+    fastree.uninstall()
+    if fastree.is_installed():
+        raise SystemExit("fastree is installed into jax.tree_util and would not uninstall")
+    note = "fastree was installed into jax.tree_util at start; uninstalled for the run"
+    _progress(f"note: {note}")
+    return note
 
 
 def _run_workloads(settings: Settings, only: list[str], result: RunResult) -> list[WorkloadRow]:

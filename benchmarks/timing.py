@@ -116,8 +116,8 @@ def measure_modes(
     Each mode is entered for its warm-up, its calibration and each of its repeats, never around
     another mode's. The warm-up call runs first in every mode (compilation and first-call caches
     are paid there) and its result is returned per mode for the caller to compare. A collection
-    before every repeat and GC off inside it, as in ``measure``. A warm-up that raises raises
-    ModeFailed naming the mode.
+    before every repeat and GC off inside it, as in ``measure``. A call that raises, in the
+    warm-up or later, raises ModeFailed naming the mode.
     """
     loops: dict[str, int] = {}
     results: dict[str, Any] = {}
@@ -137,8 +137,11 @@ def measure_modes(
             for name in names[start:] + names[:start]:
                 gc.collect()
                 gc.disable()
-                with modes[name]():
-                    samples[name].append(time_loop(fn, (), loops[name]) / loops[name])
+                try:
+                    with modes[name]():
+                        samples[name].append(time_loop(fn, (), loops[name]) / loops[name])
+                except Exception as error:
+                    raise ModeFailed(name, error) from error
                 gc.enable()
     finally:
         if gc_was_enabled:

@@ -442,6 +442,44 @@ def test_workload_failing_when_installed_is_reported() -> None:
     assert row.not_run == "raised ValueError in mode 'installed': boom"
 
 
+def test_workload_failing_later_when_installed_is_reported() -> None:
+    """A failure in a timed repeat (not the warm-up) is a note too, not a crashed run."""
+    flag, calls = _Flag(), []
+
+    def call() -> int:
+        calls.append(flag.on)
+        if flag.on and calls.count(True) > 2:
+            raise KeyError("late")
+        return 1
+
+    row = run_one(_toy(call), 1, 0, 2, flag)
+    assert row.not_run == "raised KeyError in mode 'installed': 'late'"
+
+
+def test_workload_whose_build_breaks_is_reported() -> None:
+    def build(_size: int) -> Prepared:
+        raise AttributeError("module 'equinox' has no attribute 'filter_jit'")
+
+    row = run_one(Workload("toy", "a toy", "nothing", build, {"tiny": 1}), 1, 0, 1, _Flag())
+    assert row.not_run.startswith("building it raised AttributeError"), row.not_run
+
+
+def test_run_takes_fastree_out_of_jax_first() -> None:
+    """Under fastree.run / FASTREE_INSTALL=1 the suite uninstalls, or "jax" would be fastree."""
+    fastree = pytest.importorskip("fastree")
+    if not hasattr(fastree, "install"):
+        pytest.skip("this fastree has no install()")
+    from benchmarks.runner import _take_fastree_out_of_jax
+
+    assert _take_fastree_out_of_jax() is None
+    fastree.install()
+    try:
+        assert "uninstalled for the run" in _take_fastree_out_of_jax()
+        assert not fastree.is_installed()
+    finally:
+        fastree.uninstall()
+
+
 def test_measure_modes_enters_each_mode_around_its_own_repeats() -> None:
     flag, seen = _Flag(), []
 

@@ -40,6 +40,7 @@ def run_workloads(
             installer = fastree_installer()
         except Unsupported as reason:
             # Each workload is still listed, so the report shows what would have run.
+            progress(f"  workloads not run: {reason}")
             return [_row(w, w.description, not_run=str(reason)) for w in workloads]
     rows = []
     for workload in workloads:
@@ -56,6 +57,12 @@ def run_one(
         prepared = workload.build(size)
     except Unsupported as reason:
         return _row(workload, workload.description, not_run=str(reason))
+    except Exception as error:  # noqa: BLE001 - a library's API moved: say so, run the rest
+        return _row(
+            workload,
+            workload.description,
+            not_run=f"building it raised {type(error).__name__}: {error}",
+        )
     description = f"{workload.description} ({prepared.size})"
     modes = {PLAIN: contextlib.nullcontext, INSTALLED: installer}
     try:
