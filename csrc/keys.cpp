@@ -1,108 +1,229 @@
+// Key-path entries: JAX's own key classes, made through jaxlib functions and cached.
+//
+// Why not call the classes: jaxlib's key classes are nanobind types, and nanobind's constructor
+// path lets a C++ std::bad_alloc escape a noexcept frame (growing its table of live instances),
+// which aborts the process where a MemoryError was due. jaxlib's bound *functions* translate
+// the same failure into MemoryError, so every entry is made by one of them (the makers the
+// Python layer installs: a list or dict flattened one level by jaxlib's registry). The classes
+// themselves are used only if no maker is installed.
+//
+// Why cached: JAX's key entries are immutable (read-only properties), so equal entries can be
+// shared, and making one costs far more than reusing it. Cached for the process:
+// SequenceKey/FlattenedIndexKey by index below 2**17 (~40 bytes each, ~5 MB at most), made in
+// blocks; DictKey/GetAttrKey for exact str and int keys, up to 8192 each (a parameter tree
+// repeats 'kernel', 'bias', ... in every layer). Indices past 2**17 (very wide lists) come from
+// one block per walk, held only while some key-path walk is running (see WalkScope).
 #include "keys.h"
 
+#include <algorithm>
 #include <vector>
+
+#include "pyutils.h"
 
 namespace fastree {
 namespace keys {
 namespace {
 
-// JAX's key entries are immutable (read-only properties), so equal entries can be shared:
-// building one through its Python class costs 0.2-0.5 us, which dominated flatten_with_path on
-// wide lists. Cached: SequenceKey/FlattenedIndexKey by index, DictKey/GetAttrKey for exact-str
-// keys (a parameter tree repeats 'kernel', 'bias', ... in every layer). Bounded: index entries
-// are made on first use and cost ~40 bytes each, so a process that has key-pathed a list of the
-// maximum length holds ~5 MB of them.
 constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
+constexpr Py_ssize_t kMinBlock = 256;
 constexpr Py_ssize_t kStrCacheSize = 8192;
-std::vector<PyObject*> g_sequence_cache;         // owned; index -> SequenceKey(index) or null
-std::vector<PyObject*> g_flattened_index_cache;  // owned; index -> FlattenedIndexKey(index)
-PyObject* g_dict_key_cache = nullptr;            // owned dict: str -> DictKey(str)
-PyObject* g_getattr_key_cache = nullptr;         // owned dict: str -> GetAttrKey(str)
 
-PyObject* g_dict_key = nullptr;
-PyObject* g_sequence_key = nullptr;
-PyObject* g_getattr_key = nullptr;
-PyObject* g_flattened_index_key = nullptr;
+// One kind of index key: its class, its block maker, its cache.
+struct IndexKeys {
+    PyObject* cls = nullptr;    // owned: SequenceKey or FlattenedIndexKey
+    PyObject* block = nullptr;  // owned or null: n -> list of the keys for 0..n-1
+    std::vector<PyObject*> cache;     // owned; index -> key, or null
+    std::vector<PyObject*> overflow;  // owned; index - kIndexCacheSize -> key (during walks)
+};
+IndexKeys g_sequence;
+IndexKeys g_flattened_index;
 
-PyObject* Make(PyObject* cls, PyObject* arg /* stolen */) {
-    if (arg == nullptr) return nullptr;
-    if (cls == nullptr) {
-        Py_DECREF(arg);
-        PyErr_SetString(PyExc_RuntimeError, "fastree: JAX key classes are not installed.");
+struct NamedKeys {
+    PyObject* cls = nullptr;    // owned: DictKey or GetAttrKey
+    PyObject* maker = nullptr;  // owned or null: key -> the entry
+    PyObject* cache = nullptr;  // owned dict: exact str/int -> entry
+};
+NamedKeys g_dict;
+NamedKeys g_getattr;
+
+int g_walk_depth = 0;  // key-path walks in progress (guarded by the GIL)
+
+PyObject* NotInstalled() {
+    PyErr_SetString(PyExc_RuntimeError, "fastree: JAX key classes are not installed.");
+    return nullptr;
+}
+
+// A list of the keys for indices 0..n-1, made by the block maker (or, without one, the class).
+PyObject* MakeBlock(const IndexKeys& kind, Py_ssize_t n) {
+    if (kind.cls == nullptr) return NotInstalled();
+    Ref count(PyLong_FromSsize_t(n));
+    if (!count) return nullptr;
+    Ref cls(Py_NewRef(kind.cls));  // the installed objects may be replaced while Python runs
+    if (kind.block != nullptr) {
+        Ref block(Py_NewRef(kind.block));
+        Ref keys(PyObject_CallOneArg(block.get(), count.get()));
+        if (!keys) return nullptr;
+        if (!PyList_CheckExact(keys.get()) || PyList_GET_SIZE(keys.get()) != n) {
+            PyErr_SetString(PyExc_SystemError, "fastree: a key maker returned a malformed block");
+            return nullptr;
+        }
+        return keys.release();
+    }
+    Ref keys(PyList_New(n));
+    for (Py_ssize_t i = 0; keys && i < n; ++i) {
+        Ref index(PyLong_FromSsize_t(i));
+        PyObject* key = index ? PyObject_CallOneArg(cls.get(), index.get()) : nullptr;
+        if (key == nullptr) return nullptr;
+        PyList_SET_ITEM(keys.get(), i, key);
+    }
+    return keys.release();
+}
+
+// Stores block[begin, end) into `slots` at positions begin - offset ..., where still empty.
+// `slots` is re-read per step: nothing here runs Python code, but the caller's vector may have
+// been replaced while the maker ran.
+void Store(std::vector<PyObject*>& slots, Py_ssize_t offset, PyObject* block, Py_ssize_t begin,
+           Py_ssize_t end) {
+    if (static_cast<Py_ssize_t>(slots.size()) < end - offset) {
+        slots.resize(static_cast<size_t>(end - offset), nullptr);
+    }
+    for (Py_ssize_t i = begin; i < end; ++i) {
+        PyObject*& slot = slots[static_cast<size_t>(i - offset)];
+        if (slot == nullptr) slot = Py_NewRef(PyList_GET_ITEM(block, i));
+    }
+}
+
+PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
+    std::vector<PyObject*>& slots = index < kIndexCacheSize ? kind.cache : kind.overflow;
+    const Py_ssize_t offset = index < kIndexCacheSize ? 0 : kIndexCacheSize;
+    const size_t at = static_cast<size_t>(index - offset);
+    if (at < slots.size() && slots[at] != nullptr) return Py_NewRef(slots[at]);
+    // A miss: make a block reaching past `index` (doubling what is there), so a wide container
+    // costs a few maker calls, not one per child.
+    Py_ssize_t end = std::max(index + 1, 2 * (offset + static_cast<Py_ssize_t>(slots.size())));
+    end = std::max(end, kMinBlock);
+    if (index < kIndexCacheSize) end = std::min(end, kIndexCacheSize);
+    Ref block(MakeBlock(kind, end));
+    if (!block) return nullptr;
+    PyObject* key = PyList_GET_ITEM(block.get(), index);
+    if (index >= kIndexCacheSize && g_walk_depth == 0) return Py_NewRef(key);  // nothing holds it
+    Store(index < kIndexCacheSize ? kind.cache : kind.overflow, offset, block.get(), offset, end);
+    return Py_NewRef(key);
+}
+
+// Entries for indices up to `n` - 1 made in one block, when a walk is about to visit a container
+// of `n` children reaching past the cache (one maker call instead of a doubling series).
+bool Reserve(IndexKeys& kind, Py_ssize_t n) {
+    if (n <= kIndexCacheSize || g_walk_depth == 0) return true;
+    const size_t have = kind.overflow.size();
+    if (static_cast<Py_ssize_t>(have) >= n - kIndexCacheSize && have > 0 &&
+        kind.overflow.back() != nullptr) {
+        return true;
+    }
+    Ref block(MakeBlock(kind, n));
+    if (!block) return false;
+    Store(kind.overflow, kIndexCacheSize, block.get(), kIndexCacheSize, n);
+    return true;
+}
+
+PyObject* ByName(NamedKeys& kind, PyObject* name) {
+    if (kind.cls == nullptr) return NotInstalled();
+    // Exact str and int keys hash and compare without running Python code: cacheable.
+    const bool cacheable = PyUnicode_CheckExact(name) || PyLong_CheckExact(name);
+    if (cacheable && kind.cache != nullptr) {
+        PyObject* hit = PyDict_GetItemWithError(kind.cache, name);
+        if (hit != nullptr) return Py_NewRef(hit);
+        if (PyErr_Occurred()) return nullptr;
+    }
+    Ref made;
+    if (kind.maker != nullptr) {
+        Ref maker(Py_NewRef(kind.maker));
+        made = Ref(PyObject_CallOneArg(maker.get(), name));
+    } else {
+        Ref cls(Py_NewRef(kind.cls));
+        made = Ref(PyObject_CallOneArg(cls.get(), name));
+    }
+    if (!made || !cacheable) return made.release();
+    if (kind.cache == nullptr) {
+        kind.cache = PyDict_New();
+        if (kind.cache == nullptr) return nullptr;
+    }
+    if (PyDict_GET_SIZE(kind.cache) < kStrCacheSize &&
+        PyDict_SetItem(kind.cache, name, made.get()) < 0) {
         return nullptr;
     }
-    PyObject* out = PyObject_CallOneArg(cls, arg);
-    Py_DECREF(arg);
-    return out;
+    return made.release();
+}
+
+void ClearIndexKeys(IndexKeys& kind) {
+    // Moved out first: releasing a key could, in principle, run code that re-enters here.
+    std::vector<PyObject*> cache = std::move(kind.cache);
+    std::vector<PyObject*> overflow = std::move(kind.overflow);
+    kind.cache.clear();
+    kind.overflow.clear();
+    for (PyObject* key : cache) Py_XDECREF(key);
+    for (PyObject* key : overflow) Py_XDECREF(key);
+}
+
+void ReleaseOverflow(IndexKeys& kind) {
+    std::vector<PyObject*> overflow = std::move(kind.overflow);
+    kind.overflow.clear();
+    for (PyObject* key : overflow) Py_XDECREF(key);
 }
 
 }  // namespace
 
 bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
              PyObject* flattened_index_key) {
-    Py_XSETREF(g_dict_key, Py_NewRef(dict_key));
-    Py_XSETREF(g_sequence_key, Py_NewRef(sequence_key));
-    Py_XSETREF(g_getattr_key, Py_NewRef(getattr_key));
-    Py_XSETREF(g_flattened_index_key, Py_NewRef(flattened_index_key));
+    Py_XSETREF(g_dict.cls, Py_NewRef(dict_key));
+    Py_XSETREF(g_sequence.cls, Py_NewRef(sequence_key));
+    Py_XSETREF(g_getattr.cls, Py_NewRef(getattr_key));
+    Py_XSETREF(g_flattened_index.cls, Py_NewRef(flattened_index_key));
     // Entries cached for previously installed classes would be of the wrong type now.
-    for (PyObject*& key : g_sequence_cache) Py_CLEAR(key);
-    for (PyObject*& key : g_flattened_index_cache) Py_CLEAR(key);
-    Py_CLEAR(g_dict_key_cache);
-    Py_CLEAR(g_getattr_key_cache);
+    ClearIndexKeys(g_sequence);
+    ClearIndexKeys(g_flattened_index);
+    Py_CLEAR(g_dict.cache);
+    Py_CLEAR(g_getattr.cache);
     return true;
 }
 
-namespace {
+void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
+                   PyObject* dict_key, PyObject* getattr_key) {
+    auto opt = [](PyObject* f) { return f == Py_None ? nullptr : Py_XNewRef(f); };
+    Py_XSETREF(g_sequence.block, opt(sequence_block));
+    Py_XSETREF(g_flattened_index.block, opt(flattened_index_block));
+    Py_XSETREF(g_dict.maker, opt(dict_key));
+    Py_XSETREF(g_getattr.maker, opt(getattr_key));
+}
 
-PyObject* CachedByIndex(std::vector<PyObject*>& cache, PyObject* cls, Py_ssize_t index) {
-    if (index >= kIndexCacheSize) return Make(cls, PyLong_FromSsize_t(index));
-    if (static_cast<size_t>(index) >= cache.size()) cache.resize(static_cast<size_t>(index) + 1);
-    PyObject*& slot = cache[static_cast<size_t>(index)];
-    if (slot == nullptr) {
-        slot = Make(cls, PyLong_FromSsize_t(index));
-        if (slot == nullptr) return nullptr;
+WalkScope::WalkScope() { ++g_walk_depth; }
+WalkScope::~WalkScope() {
+    if (--g_walk_depth == 0) {
+        ReleaseOverflow(g_sequence);
+        ReleaseOverflow(g_flattened_index);
     }
-    return Py_NewRef(slot);
 }
 
-PyObject* CachedByStr(PyObject** cache, PyObject* cls, PyObject* key) {
-    if (!PyUnicode_CheckExact(key)) return Make(cls, Py_NewRef(key));
-    if (*cache == nullptr) {
-        *cache = PyDict_New();
-        if (*cache == nullptr) return nullptr;
-    }
-    PyObject* hit = PyDict_GetItemWithError(*cache, key);
-    if (hit != nullptr) return Py_NewRef(hit);
-    if (PyErr_Occurred()) return nullptr;
-    PyObject* made = Make(cls, Py_NewRef(key));
-    if (made != nullptr && PyDict_GET_SIZE(*cache) < kStrCacheSize &&
-        PyDict_SetItem(*cache, key, made) < 0) {
-        Py_DECREF(made);
-        return nullptr;
-    }
-    return made;
-}
+bool ReserveSequence(Py_ssize_t n) { return Reserve(g_sequence, n); }
+bool ReserveFlattenedIndex(Py_ssize_t n) { return Reserve(g_flattened_index, n); }
 
-}  // namespace
-
-PyObject* Dict(PyObject* key) { return CachedByStr(&g_dict_key_cache, g_dict_key, key); }
-PyObject* Sequence(Py_ssize_t index) {
-    return CachedByIndex(g_sequence_cache, g_sequence_key, index);
-}
-PyObject* GetAttr(PyObject* name) { return CachedByStr(&g_getattr_key_cache, g_getattr_key, name); }
-PyObject* FlattenedIndex(Py_ssize_t index) {
-    return CachedByIndex(g_flattened_index_cache, g_flattened_index_key, index);
-}
+PyObject* Dict(PyObject* key) { return ByName(g_dict, key); }
+PyObject* Sequence(Py_ssize_t index) { return ByIndex(g_sequence, index); }
+PyObject* GetAttr(PyObject* name) { return ByName(g_getattr, name); }
+PyObject* FlattenedIndex(Py_ssize_t index) { return ByIndex(g_flattened_index, index); }
 
 int Traverse(visitproc visit, void* arg) {
-    Py_VISIT(g_dict_key);
-    Py_VISIT(g_sequence_key);
-    Py_VISIT(g_getattr_key);
-    Py_VISIT(g_flattened_index_key);
-    for (PyObject* key : g_sequence_cache) Py_VISIT(key);
-    for (PyObject* key : g_flattened_index_cache) Py_VISIT(key);
-    Py_VISIT(g_dict_key_cache);
-    Py_VISIT(g_getattr_key_cache);
+    for (const IndexKeys* kind : {&g_sequence, &g_flattened_index}) {
+        Py_VISIT(kind->cls);
+        Py_VISIT(kind->block);
+        for (PyObject* key : kind->cache) Py_VISIT(key);
+        for (PyObject* key : kind->overflow) Py_VISIT(key);
+    }
+    for (const NamedKeys* kind : {&g_dict, &g_getattr}) {
+        Py_VISIT(kind->cls);
+        Py_VISIT(kind->maker);
+        Py_VISIT(kind->cache);
+    }
     return 0;
 }
 

@@ -140,6 +140,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("to_jax"), py::arg("map_error"),
         "Connects the core to JAX: its registry (for JAX-only types), key classes and hooks.");
     m.def(
+        "set_key_makers",
+        [](py::handle sequence_block, py::handle flattened_index_block, py::handle dict_key,
+           py::handle getattr_key) {
+            keys::InstallMakers(sequence_block.ptr(), flattened_index_block.ptr(), dict_key.ptr(),
+                                getattr_key.ptr());
+        },
+        py::arg("sequence_block"), py::arg("flattened_index_block"), py::arg("dict_key"),
+        py::arg("getattr_key"),
+        "Installs the jaxlib functions that make key entries (see csrc/keys.cpp).");
+    m.def(
         "set_aux_hooks",
         [](py::handle classify, py::handle reporter) { aux::SetHooks(classify.ptr(), reporter.ptr()); },
         py::arg("classify"), py::arg("reporter"),

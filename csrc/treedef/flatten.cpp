@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -224,6 +225,9 @@ class Flattener {
                 }
             }
         }
+        if constexpr (kPaths) {
+            if (!fields && !keys::ReserveSequence(n)) return false;
+        }
         // Tuples are immutable and `obj` is kept alive by our caller: items can be borrowed.
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* key = nullptr;
@@ -252,6 +256,9 @@ class Flattener {
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
         const size_t nodes_before = kDef ? def_->nodes.size() : 0;
+        if constexpr (kPaths) {
+            if (!keys::ReserveSequence(PyList_GET_SIZE(obj))) return false;
+        }
         // A callback (is_leaf, a custom flatten) may mutate the list while we walk it: re-read
         // the size each step and hold a reference to the item we descend into.
         Py_ssize_t i = 0;
@@ -474,6 +481,9 @@ class Flattener {
     bool VisitChildren(PyObject* children, PyObject* result, Py_ssize_t* arity) {
         if (PyTuple_CheckExact(children)) {  // the common case: no iterator object needed
             const Py_ssize_t n = PyTuple_GET_SIZE(children);
+            if constexpr (kPaths) {
+                if (!keys::ReserveFlattenedIndex(n)) return false;
+            }
             for (Py_ssize_t i = 0; i < n; ++i) {
                 PyObject* key = nullptr;
                 if constexpr (kPaths) key = keys::FlattenedIndex(i);
@@ -521,6 +531,9 @@ class Flattener {
     std::vector<PyObject*>* leaves_;
     std::vector<PyObject*>* paths_;
     PathStack path_;  // key entries from the root to the current node
+    // Key entries past the index cache live as long as some key-path walk does (keys.h).
+    struct NoScope {};
+    std::conditional_t<kPaths, keys::WalkScope, NoScope> key_scope_;
     // Identity-preserving objects met so far -> index of their node (kInProgress while their
     // subtree is being visited). Owns a reference to each object, so a temporary freed during
     // this flatten cannot hand its address to a new object. Allocated on first use only.

@@ -104,6 +104,12 @@ def install_jax_bridge(
     to_jax: Callable[[PyTreeDef], Any],
     map_error: Callable[[Any, Any, Any, str], BaseException | None],
 ) -> None: ...
+def set_key_makers(
+    sequence_block: Callable[[int], list[Any]] | None,
+    flattened_index_block: Callable[[int], list[Any]] | None,
+    dict_key: Callable[[Any], Any] | None,
+    getattr_key: Callable[[Any], Any] | None,
+) -> None: ...
 def set_aux_hooks(
     classify: Callable[[type, Any], bool] | None,
     reporter: Callable[[type, Any, Any], None] | None,

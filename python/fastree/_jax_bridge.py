@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core
+from . import _core, _key_makers
 from ._jax_compat import internal as _jax_internal
 from ._jax_compat import tree_util as _jtu
 from ._default_registry import PyTreeRegistry
@@ -242,6 +242,7 @@ def install() -> None:
         to_jax=to_jax,
         map_error=_map_error,
     )
+    _key_makers.install()
     _core.set_jax_texts(
         dict_mismatch_shows_dict=_JAX_DICT_MISMATCH_SHOWS_DICT,
         aux_equality_names_type=_JAX_AUX_EQUALITY_NAMES_TYPE,
