@@ -217,8 +217,11 @@ bool CheckLeafCount(const TreeDef& def, Py_ssize_t n);
 PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n);
 PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves);
 
-// flatten_up_to.cpp. Appends owned references to `out` (in leaf order).
-bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out);
+// flatten_up_to.cpp. Appends owned references to `out` (in leaf order). On failure, `mismatch`
+// (if given) tells whether the error set is a structure mismatch raised by the walk itself, as
+// opposed to an error from a callback, a comparison or an allocation.
+bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out,
+                 bool* mismatch = nullptr);
 // The fast case of PyTreeDef.flatten_up_to: a treedef that is one tuple or list of leaves (a
 // 3-leaf tuple, a flat parameter list) cut from a container of exactly that shape, whose items
 // are the answer. A new list; null with no error set where the case does not apply (FlattenUpTo
@@ -258,7 +261,8 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
 // map_single_pass.cpp: tree_map(f, tree) with no is_leaf and no other trees, in one walk.
 PyObject* MapSinglePass(PyObject* f, PyObject* tree);
 // Hook the Python layer installs to explain a structure mismatch in tree_map (JAX's key-path
-// message). Called as hook(tree, other, is_leaf, func_name) -> exception or None.
+// message, worked out by fastree's own walk: python/fastree/_map_errors.py). Called as
+// hook(tree, other, is_leaf, func_name, is_leaf_takes_path) -> exception or None.
 void SetMapErrorHook(PyObject* hook);
 // Hook converting a fastree treedef to JAX's (installed by the JAX bridge).
 void SetToJaxHook(PyObject* hook);

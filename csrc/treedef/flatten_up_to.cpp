@@ -56,6 +56,8 @@ class PrefixWalker {
         for (auto& entry : identity_) Py_DECREF(entry.first);
     }
 
+    bool mismatch() const { return mismatch_; }
+
     bool Run(PyObject* tree) {
         PushNewRef(agenda_, tree);
         const size_t out_begin = out_->size();
@@ -95,15 +97,15 @@ class PrefixWalker {
                 return true;
             case NodeKind::kNone:
                 if (obj != Py_None) {
-                    return Fail(PyExc_ValueError, "Expected None, got " + Repr(obj) + "." + kNoneHint);
+                    return Mismatch(PyExc_ValueError, "Expected None, got " + Repr(obj) + "." + kNoneHint);
                 }
                 return true;
             case NodeKind::kTuple:
                 if (!PyTuple_CheckExact(obj)) {
-                    return Fail(PyExc_ValueError, "Expected tuple, got " + Repr(obj) + ".");
+                    return Mismatch(PyExc_ValueError, "Expected tuple, got " + Repr(obj) + ".");
                 }
                 if (PyTuple_GET_SIZE(obj) != n) {
-                    return Fail(PyExc_ValueError,
+                    return Mismatch(PyExc_ValueError,
                                 "Tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
                                     " != " + std::to_string(n) + "; tuple: " + Repr(obj) + ".");
                 }
@@ -111,10 +113,10 @@ class PrefixWalker {
                 return true;
             case NodeKind::kList:
                 if (!PyList_CheckExact(obj)) {
-                    return Fail(PyExc_ValueError, "Expected list, got " + Repr(obj) + ".");
+                    return Mismatch(PyExc_ValueError, "Expected list, got " + Repr(obj) + ".");
                 }
                 if (PyList_GET_SIZE(obj) != n) {
-                    return Fail(PyExc_ValueError,
+                    return Mismatch(PyExc_ValueError,
                                 "List arity mismatch: " + std::to_string(PyList_GET_SIZE(obj)) +
                                     " != " + std::to_string(n) + "; list: " + Repr(obj) + ".");
                 }
@@ -132,7 +134,7 @@ class PrefixWalker {
             case NodeKind::kSharedRef:
                 break;  // handled by Run
         }
-        return Fail(PyExc_SystemError, "fastree: unknown node kind");
+        return Mismatch(PyExc_SystemError, "fastree: unknown node kind");
     }
 
     void PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
@@ -148,7 +150,7 @@ class PrefixWalker {
 
     bool StepDict(const Node& node, PyObject* obj) {
         if (!PyDict_CheckExact(obj)) {
-            return Fail(PyExc_ValueError, "Expected dict, got " + Repr(obj) + ".");
+            return Mismatch(PyExc_ValueError, "Expected dict, got " + Repr(obj) + ".");
         }
         // Fast path: same size and every expected key present means the same key set, found by
         // lookups, with no sort of the tree's keys. The sorting path below builds the message.
@@ -203,7 +205,7 @@ class PrefixWalker {
                            ".";
             }
             ReleaseItems(items, 0);
-            return Fail(PyExc_ValueError, message);
+            return Mismatch(PyExc_ValueError, message);
         }
         if (AllChildrenAreLeaves(node)) {
             for (size_t i = items.size(); i-- > 0;) out_->push_back(items[i].value);
@@ -218,15 +220,15 @@ class PrefixWalker {
 
     bool StepNamedTuple(const Node& node, PyObject* obj) {
         if (registry::Classify(obj)->kind != NodeKind::kNamedTuple) {
-            return Fail(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
+            return Mismatch(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
         }
         if (PyTuple_GET_SIZE(obj) != node.arity) {
-            return Fail(PyExc_ValueError,
+            return Mismatch(PyExc_ValueError,
                         "Named tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
                             " != " + std::to_string(node.arity) + "; tuple: " + Repr(obj) + ".");
         }
         if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != def_.Data(node)) {
-            return Fail(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
+            return Mismatch(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
                                               Repr(def_.Data(node)) + ", tuple: " + Repr(obj) + ".");
         }
         PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
@@ -239,7 +241,7 @@ class PrefixWalker {
         const bool dataclass = node.kind == NodeKind::kDataclass;
         const Registration* reg = registry::Classify(obj);
         if (reg != def_.Custom(node)) {
-            return Fail(PyExc_ValueError,
+            return Mismatch(PyExc_ValueError,
                         std::string(dataclass ? "Custom dataclass node type mismatch"
                                               : "Custom node type mismatch") +
                             ": expected type: " + Repr(def_.Custom(node)->type) +
@@ -262,7 +264,7 @@ class PrefixWalker {
         }
         if (ne) {
             DecrefAll(children);
-            return Fail(PyExc_ValueError,
+            return Mismatch(PyExc_ValueError,
                         std::string(dataclass ? "Mismatch custom dataclass node data: "
                                               : "Mismatch custom node data: ") +
                             Repr(def_.Data(node)) + " != " + Repr(one.Data(got)) +
@@ -270,7 +272,7 @@ class PrefixWalker {
         }
         if (got.arity != node.arity) {
             DecrefAll(children);
-            return Fail(PyExc_ValueError, "Custom type arity mismatch: " +
+            return Mismatch(PyExc_ValueError, "Custom type arity mismatch: " +
                                               std::to_string(got.arity) + " != " +
                                               std::to_string(node.arity) + "; value: " +
                                               Repr(obj) + ".");
@@ -286,7 +288,7 @@ class PrefixWalker {
         Ref result(PyObject_CallOneArg(reg->flatten, obj));
         if (!result) return false;
         if (!PyTuple_Check(result.get()) || PyTuple_GET_SIZE(result.get()) != 2) {
-            return Fail(PyExc_ValueError,
+            return Mismatch(PyExc_ValueError,
                         "The to_iterable function for a custom PyTree node should return a "
                         "(children, aux_data) tuple, got " + Repr(result.get()));
         }
@@ -294,20 +296,20 @@ class PrefixWalker {
         int ne = PyObject_RichCompareBool(def_.Data(node), aux, Py_NE);
         if (ne < 0) return false;
         if (ne) {
-            return Fail(PyExc_ValueError, "Mismatch custom node data: " + Repr(def_.Data(node)) +
+            return Mismatch(PyExc_ValueError, "Mismatch custom node data: " + Repr(def_.Data(node)) +
                                               " != " + Repr(aux) + "; value: " + Repr(obj) + ".");
         }
         Ref children(PySequence_Tuple(PyTuple_GET_ITEM(result.get(), 0)));
         if (!children) {
             PyErr_Clear();
-            return Fail(PyExc_ValueError,
+            return Mismatch(PyExc_ValueError,
                         "The to_iterable function for a custom PyTree node should return a "
                         "(children, aux_data) tuple where 'children' is iterable, got " +
                             Repr(result.get()));
         }
         const Py_ssize_t n = PyTuple_GET_SIZE(children.get());
         if (n != node.arity) {
-            return Fail(PyExc_ValueError, "Custom type arity mismatch: " + std::to_string(n) +
+            return Mismatch(PyExc_ValueError, "Custom type arity mismatch: " + std::to_string(n) +
                                               " != " + std::to_string(node.arity) +
                                               "; value: " + Repr(obj) + ".");
         }
@@ -328,7 +330,7 @@ class PrefixWalker {
             if (def_.nodes[index].shared_target) target_objects_[index] = obj;
             return true;
         }
-        return Fail(PyExc_ValueError,
+        return Mismatch(PyExc_ValueError,
                     "Sharing pattern mismatch: the same " + Repr(reinterpret_cast<PyObject*>(Py_TYPE(obj))) +
                         " object is at key paths " + PathOf(index) + " and " + PathOf(it->second) +
                         ", where the treedef has two distinct objects.");
@@ -340,7 +342,7 @@ class PrefixWalker {
             const Py_ssize_t target = def_.nodes[index].ref;
             auto found = target_objects_.find(target);
             if (found == target_objects_.end() || obj != found->second) {
-                return Fail(PyExc_ValueError,
+                return Mismatch(PyExc_ValueError,
                             "Sharing pattern mismatch: the object at key path " + PathOf(index) +
                                 " must be the one at key path " + PathOf(target) +
                                 " (the treedef shares it), got " + Repr(obj) + ".");
@@ -354,6 +356,13 @@ class PrefixWalker {
         return path.empty() ? "()" : path;
     }
 
+    // A structural mismatch, raised here with JAX's text (callers may explain it further; an
+    // error from a callback or a comparison is passed on as it is).
+    bool Mismatch(PyObject* type, const std::string& message) {
+        mismatch_ = true;
+        return Fail(type, message);
+    }
+
     const TreeDef& def_;
     std::vector<PyObject*>* out_;
     std::vector<std::pair<Py_ssize_t, PyObject*>> pending_refs_;  // (ref node, owned object)
@@ -364,6 +373,7 @@ class PrefixWalker {
     ScratchVector agenda_buf_;
     std::vector<PyObject*>& agenda_ = agenda_buf_.get();
     bool leaf_children_done_ = false;  // set by a Step that emitted its leaf children itself
+    bool mismatch_ = false;            // the error set is one of ours (see Mismatch)
 };
 
 }  // namespace
@@ -391,9 +401,12 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     return out.release();
 }
 
-bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out) {
+bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out,
+                 bool* mismatch) {
     PrefixWalker walker(def, out);
-    return walker.Run(tree);
+    const bool ok = walker.Run(tree);
+    if (mismatch != nullptr) *mismatch = !ok && walker.mismatch();
+    return ok;
 }
 
 }  // namespace fastree

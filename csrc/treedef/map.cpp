@@ -18,28 +18,47 @@ namespace {
 
 PyObject* g_map_error_hook = nullptr;  // owned; explains structure mismatches (Python layer)
 
-// The current error came from cutting `other` to `tree`'s structure. Replace it by the Python
-// layer's key-path explanation when there is one (raised `from None`, as JAX does).
-void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, const char* func) {
+// The current error is a structure mismatch that FlattenUpTo raised while cutting `other` to
+// `tree`'s structure. Replace it by the Python layer's key-path explanation when there is one
+// (raised `from None`, as JAX does). Only fastree's own mismatch errors come here: an exception
+// from a callback (a KeyboardInterrupt in a custom flatten, say) is never replaced. The hook walks
+// the trees with fastree's own one-level flatten; if it raises (a callback it calls fails, or is
+// interrupted), that exception propagates, with the mismatch as its __context__.
+void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is_leaf_takes_path,
+                     const char* func) {
     if (g_map_error_hook == nullptr) return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject* name = PyUnicode_FromString(func);
-    PyObject* args[4] = {tree, other, is_leaf ? is_leaf : Py_None, name};
-    PyObject* exc = name ? PyObject_Vectorcall(g_map_error_hook, args, 4, nullptr) : nullptr;
-    Py_XDECREF(name);
-    if (exc != nullptr && PyExceptionInstance_Check(exc)) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        PyException_SetCause(exc, nullptr);  // `raise ... from None`
-        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
-        Py_DECREF(exc);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+    Ref mismatch_type(type), mismatch(value), mismatch_tb(tb);
+    Ref hook(Py_NewRef(g_map_error_hook));  // the hook may be replaced while it runs
+    Ref name(PyUnicode_FromString(func));
+    Ref exc;
+    if (name) {
+        PyObject* args[5] = {tree, other, is_leaf ? is_leaf : Py_None, name.get(),
+                             is_leaf_takes_path ? Py_True : Py_False};
+        exc = Ref(PyObject_Vectorcall(hook.get(), args, 5, nullptr));
+    }
+    if (!exc) {
+        // The explanation failed: its exception wins, chained to the mismatch (as a raise in an
+        // `except` block would be).
+        PyObject *etype, *evalue, *etb;
+        PyErr_Fetch(&etype, &evalue, &etb);
+        PyErr_NormalizeException(&etype, &evalue, &etb);
+        if (evalue != nullptr && mismatch) {
+            PyException_SetContext(evalue, mismatch.release());  // steals
+        }
+        PyErr_Restore(etype, evalue, etb);
         return;
     }
-    Py_XDECREF(exc);
-    PyErr_Clear();  // the hook failing must not hide the original error
-    PyErr_Restore(type, value, tb);
+    if (PyExceptionInstance_Check(exc.get())) {
+        PyException_SetCause(exc.get(), nullptr);  // `raise ... from None`
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.get())), exc.get());
+        return;
+    }
+    // No explanation: the mismatch itself.
+    PyErr_Restore(mismatch_type.release(), mismatch.release(), mismatch_tb.release());
 }
 
 }  // namespace
@@ -83,9 +102,12 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     const size_t n = leaves.size();
     for (Py_ssize_t j = 0; j < num_rest; ++j) {
         columns[j].reserve(n);
-        if (!FlattenUpTo(def, rest[j], &columns[j])) {
-            ExplainMismatch(tree, rest[j], is_leaf, with_path ? "tree_map_with_path tree"
-                                                              : "tree_map tree");
+        bool mismatch = false;
+        if (!FlattenUpTo(def, rest[j], &columns[j], &mismatch)) {
+            if (mismatch) {
+                ExplainMismatch(tree, rest[j], is_leaf, is_leaf_takes_path,
+                                with_path ? "tree_map_with_path tree" : "tree_map tree");
+            }
             cleanup();
             return nullptr;
         }

@@ -102,7 +102,7 @@ def install_jax_bridge(
     GetAttrKey: type,
     FlattenedIndexKey: type,
     to_jax: Callable[[PyTreeDef], Any],
-    map_error: Callable[[Any, Any, Any, str], BaseException | None],
+    map_error: Callable[[Any, Any, Any, str, bool], BaseException | None],
 ) -> None: ...
 def set_key_makers(
     sequence_block: Callable[[int], list[Any]] | None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core, _key_makers
+from . import _core, _key_makers, _map_errors
 from ._jax_compat import internal as _jax_internal
 from ._jax_compat import tree_util as _jtu
 from ._default_registry import PyTreeRegistry
@@ -204,12 +204,9 @@ class _Incomparable:
 
 
 # Texts that changed between JAX releases, asked of the installed JAX once (see also
-# csrc/jax_texts.h): jax 0.7 began to explain tree_map structure mismatches by key path
-# (before, the bare flatten_up_to error came through) and to list a mismatching dict's keys
-# rather than print the dict; jax 0.12 names the node type when comparing aux data raises.
-_JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
-    lambda: _jtu.tree_map(lambda *_: None, (1,), (1, 2))
-).startswith("pytree structure error")
+# csrc/jax_texts.h): jax 0.7 began to list a mismatching dict's keys rather than print the dict;
+# jax 0.12 names the node type when comparing aux data raises. (Whether tree_map explains a
+# mismatch by key path is asked in _map_errors.py.)
 _JAX_DICT_MISMATCH_SHOWS_DICT = "; dict: " in _jax_error_text(
     lambda: _jtu.tree_structure({"a": 1}).flatten_up_to({"b": 1})
 )
@@ -217,17 +214,6 @@ _JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
     lambda: _jtu.tree_structure(_jtu.Partial(_Incomparable()))
     == _jtu.tree_structure(_jtu.Partial(_Incomparable()))
 )
-
-
-def _map_error(tree: Any, other: Any, is_leaf: Any, name: str) -> BaseException | None:
-    """JAX's explanation of why ``other`` does not have ``tree``'s structure, or None."""
-    if not _JAX_EXPLAINS_MAP_ERRORS:
-        return None
-    try:
-        errors = _jax_internal.prefix_errors(tree, other, is_leaf)
-    except Exception:  # the original, terser error is still raised by the caller
-        return None
-    return errors[0](name) if errors else None
 
 
 def install() -> None:
@@ -240,7 +226,7 @@ def install() -> None:
         GetAttrKey=_jtu.GetAttrKey,
         FlattenedIndexKey=_jtu.FlattenedIndexKey,
         to_jax=to_jax,
-        map_error=_map_error,
+        map_error=_map_errors.explain,
     )
     _key_makers.install()
     _core.set_jax_texts(

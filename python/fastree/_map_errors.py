@@ -1,0 +1,191 @@
+"""Why one tree does not have another's structure: ``tree_map``'s key-path explanation.
+
+When ``tree_map(f, tree, other)`` finds that ``other`` does not have ``tree``'s structure, the core
+raises a terse error (``Tuple arity mismatch: ...``) and then asks :func:`explain` for JAX's
+friendlier one (``pytree structure error: different lengths of tuple at key path ...``). JAX
+computes it by flattening both trees again through jaxlib; fastree does it here, with its own
+one-level flatten:
+
+* no second flatten runs through jaxlib (whose walk of a list mutated by another thread, and
+  whose handling of a self-containing node, are unsafe);
+* the walk is iterative (no recursion limit of its own), linear in ``tree``, visits a shared
+  identity-preserving pair once, and honours ``is_leaf`` at every level (JAX's applies it at the
+  root only, an accident not copied);
+* an exception raised while explaining (a custom flatten function failing or interrupted) is not
+  swallowed: it propagates, with the mismatch as its ``__context__``.
+
+The texts, and the order in which differences are looked for (the first difference in
+depth-first, left-to-right order), are JAX's. JAX releases before 0.7 did not explain (the bare
+error came through); fastree follows the installed JAX.
+
+>>> import fastree.tree_util as tu
+>>> try:
+...     tu.tree_map(lambda x, y: x + y, (1, 2), (1, 2, 3))
+... except ValueError as error:
+...     print(str(error).splitlines()[0])
+pytree structure error: different lengths of tuple at key path
+"""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from . import _core
+from ._jax_compat import tree_util as _jtu
+
+KeyPath = tuple[Any, ...]
+Explanation = Callable[[str], ValueError]
+
+
+def _jax_explains_map_errors() -> bool:
+    # jax 0.7 began to explain tree_map structure mismatches by key path.
+    try:
+        _jtu.tree_map(lambda *_: None, (1,), (1, 2))
+    except ValueError as error:
+        return str(error).startswith("pytree structure error")
+    return False
+
+
+_ENABLED = _jax_explains_map_errors()
+
+
+def explain(
+    tree: Any,
+    other: Any,
+    is_leaf: Callable[..., Any] | None,
+    name: str,
+    is_leaf_takes_path: bool = False,
+) -> Any:
+    """The exception JAX raises for ``tree_map(f, tree, other)``, or None to keep the core's.
+
+    Called by the core only for a structure mismatch it raised itself.
+    """
+    if not _ENABLED:
+        return None
+    found = _first_difference(tree, other, is_leaf, is_leaf_takes_path)
+    return None if found is None else found(name)
+
+
+def _key_text(key: Any) -> str:
+    # JAX prints `k.key`, which GetAttrKey and SequenceKey lack: name each by what it has.
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def _keystr(path: KeyPath) -> str:
+    return _jtu.keystr(path)
+
+
+def _first_difference(
+    prefix: Any, full: Any, is_leaf: Callable[..., Any] | None, takes_path: bool
+) -> Explanation | None:
+    # Depth first, left to right, with an explicit stack: (key path, prefix subtree, full subtree).
+    stack: list[tuple[KeyPath, Any, Any]] = [((), prefix, full)]
+    visited: set[tuple[int, int]] = set()  # identity-preserving pairs already compared
+    alive: list[Any] = []  # keeps the objects whose ids are in `visited` from being reused
+    while stack:
+        path, p, f = stack.pop()
+        if is_leaf is not None and (is_leaf(path, p) if takes_path else is_leaf(p)):
+            continue  # a leaf is a prefix of anything
+        p_level = _core.flatten_one_level_with_keys(p)
+        if p_level is None:
+            continue
+        if type(p) is not type(f):
+            return _different_types(path, p, f)
+        f_level = _core.flatten_one_level_with_keys(f)
+        if f_level is None:
+            return _different_types(path, p, f)
+        if _core.is_identity_type(type(p)):
+            pair = (id(p), id(f))
+            if pair in visited:
+                continue
+            visited.add(pair)
+            alive.append((p, f))
+        (p_pairs, p_meta), (f_pairs, f_meta) = p_level, f_level
+        p_pairs, f_pairs = tuple(p_pairs), tuple(f_pairs)
+        p_keys = tuple(k for k, _ in p_pairs)
+        f_keys = tuple(k for k, _ in f_pairs)
+        if isinstance(p, (list, tuple)):
+            if len(p) != len(f):
+                return _different_lengths(path, p, f)
+        elif len(p_pairs) != len(f_pairs):
+            return _different_numbers(path, p, p_keys, f_keys)
+        if p_meta != f_meta:
+            return _different_metadata(path, p, p_meta, f_meta)
+        for (key, p_child), (_, f_child) in reversed(tuple(zip(p_pairs, f_pairs))):
+            stack.append(((*path, key), p_child, f_child))
+    return None
+
+
+def _different_types(path: KeyPath, p: Any, f: Any) -> Explanation:
+    return lambda name: ValueError(
+        "pytree structure error: different types at key path\n"
+        f"    {name}{_keystr(path)}\n"
+        f"At that key path, the prefix pytree {name} has a subtree of type\n"
+        f"    {type(p)}\n"
+        "but at the same key path the full pytree has a subtree of different type\n"
+        f"    {type(f)}."
+    )
+
+
+def _different_lengths(path: KeyPath, p: Any, f: Any) -> Explanation:
+    kind = type(p).__name__
+    return lambda name: ValueError(
+        f"pytree structure error: different lengths of {kind} at key path\n"
+        f"    {name}{_keystr(path)}\n"
+        f"At that key path, the prefix pytree {name} has a subtree of type "
+        f"{kind} of length {len(p)}, but the full pytree "
+        f"has a subtree of the same type but of length {len(f)}."
+    )
+
+
+def _different_numbers(
+    path: KeyPath, p: Any, p_keys: tuple[Any, ...], f_keys: tuple[Any, ...]
+) -> Explanation:
+    try:
+        difference: set[Any] | None = set(p_keys).symmetric_difference(set(f_keys))
+    except Exception:  # unhashable keys: the message goes without the difference, as in JAX
+        difference = None
+    listed = " ".join(map(_key_text, p_keys)), " ".join(map(_key_text, f_keys))
+    tail = (
+        ""
+        if difference is None
+        else "so the symmetric difference on key sets is\n"
+        f"    {' '.join(map(_key_text, difference))}"
+    )
+    return lambda name: ValueError(
+        "pytree structure error: different numbers of pytree children at key path\n"
+        f"    {name}{_keystr(path)}\n"
+        f"At that key path, the prefix pytree {name} has a subtree of type\n"
+        f"    {type(p)}\n"
+        f"with {len(p_keys)} child keys\n"
+        f"    {listed[0]}\n"
+        "but at the same key path the full pytree has a subtree of the same "
+        f"type but with {len(f_keys)} child keys\n"
+        f"    {listed[1]}\n" + tail
+    )
+
+
+def _different_metadata(path: KeyPath, p: Any, p_meta: Any, f_meta: Any) -> Explanation:
+    p_text, f_text = str(p_meta), str(f_meta)
+    diff = textwrap.indent(
+        "\n".join(difflib.ndiff(p_text.splitlines(), f_text.splitlines())), prefix="    "
+    )
+    return lambda name: ValueError(
+        "pytree structure error: different pytree metadata at key path\n"
+        f"    {name}{_keystr(path)}\n"
+        f"At that key path, the prefix pytree {name} has a subtree of type\n"
+        f"    {type(p)}\n"
+        "with metadata\n"
+        f"    {p_text}\n"
+        "but at the same key path the full pytree has a subtree of the same "
+        "type but with metadata\n"
+        f"    {f_text}\n"
+        "so the diff in the metadata at these pytree nodes is\n"
+        f"{diff}"
+    )
