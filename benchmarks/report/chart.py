@@ -42,26 +42,26 @@ def write_chart(result: RunResult, path: Path) -> None:
     competitors = [
         name for name in HEADLINE_COMPETITORS if any(name in by_lib for by_lib in means.values())
     ]
-    groups = {base: trees for base, trees in variant_groups(result).items() if len(trees) > 1}
+    groups = {
+        base: trees
+        for base, trees in variant_groups(result).items()
+        if any(ratio_of(result, t.name, VARIANT_OP, n) for t in trees for n in competitors)
+    }
     workloads = [row for row in result.workloads if row.speedup or row.not_run]
-    if not competitors and not groups and not workloads:
+    if not competitors and not workloads:
         raise Unsupported(
-            f"no ratios to draw: {result.baseline} did not run alongside jax or optree"
+            f"no ratios to draw: {result.baseline} did not run alongside jax or optree, "
+            "and no workload ran"
         )
 
     lower = [kind for kind, present in (("variants", groups), ("workloads", workloads)) if present]
-    figure = plt.figure(figsize=(15, 5.2 + (4.6 if lower else 0)))
-    grid = figure.add_gridspec(
-        2 if lower else 1,
-        len(lower) or 1,
-        height_ratios=[1.15, 1] if lower else [1],
-        hspace=0.55,
-        wspace=0.35,
-    )
+    rows = (["ops"] if competitors else []) + (["lower"] if lower else [])
+    figure = plt.figure(figsize=(15, 0.4 + 4.8 * len(rows)))
+    grid = figure.add_gridspec(len(rows), len(lower) or 1, hspace=0.55, wspace=0.35)
     if competitors:
         _ops_panel(figure.add_subplot(grid[0, :]), result, means, competitors)
     for column, kind in enumerate(lower):
-        ax = figure.add_subplot(grid[1, column])
+        ax = figure.add_subplot(grid[len(rows) - 1, column])
         if kind == "variants":
             base, trees = next(iter(groups.items()))
             _variants_panel(ax, result, base, trees)
