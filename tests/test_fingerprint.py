@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import fastree
 import fastree.tree_util as tu
+from fastree import _aux
 
 
 class Mode(enum.Enum):
@@ -277,3 +278,279 @@ def test_sharing_in_fingerprint_and_round_trip():
         assert back == td and back._state() == td._state()
     out = fastree.deserialize(shared.serialize()).unflatten([1])
     assert out["a"] is out["b"]
+
+
+# ------------------------------------------------------------------------------------------------
+# equal fingerprints imply equal treedefs (issue 12, finding 6; repro_07)
+#
+# Lookalikes: values whose encodings would match while treedef equality tells them apart.
+
+
+@dataclasses.dataclass(eq=False, frozen=True)
+class IdCfg:
+    """Compares by identity: two instances with equal fields are unequal aux_data."""
+
+    lr: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ValCfg:
+    """The dataclass-generated ==: equal fields, equal aux_data."""
+
+    lr: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ValCfgChild(ValCfg):
+    """Inherits the generated == (a dataclass subclass without __eq__ of its own)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StrictCfg:
+    """A hand-written == stricter than the fields (identity): must not be encoded by them."""
+
+    lr: float
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return id(self)
+
+
+def make_box():
+    """A class factory: each call registers a new node type named make_box.<locals>.Box."""
+
+    class Box:
+        def __init__(self, *c):
+            self.c = c
+
+    tu.register_pytree_node(Box, lambda n: (n.c, None), lambda a, c: Box(*c))
+    return Box
+
+
+BOX_1, BOX_2 = make_box(), make_box()
+
+
+def relu(x):
+    return max(x, 0)
+
+
+RELU_OLD = relu
+
+
+def relu(x):  # noqa: F811 (redefined on purpose, as a re-run notebook cell does)
+    return x
+
+
+PHASE_1 = enum.Enum("Phase", ["A", "B"])  # two enum classes named test_fingerprint.Phase
+PHASE_2 = enum.Enum("Phase", ["A", "B"])
+
+
+def _node(aux, *children):
+    return Holder(list(children), aux)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (IdCfg(0.1), IdCfg(0.1)),
+        (BOX_1, BOX_2),
+        (RELU_OLD, relu),
+        (PHASE_1.A, PHASE_2.A),
+        (StrictCfg(0.1), StrictCfg(0.1)),
+        (float("nan"), float("nan")),
+        ((1, float("nan")), (1, float("nan"))),
+        (complex(0, float("nan")), complex(0, float("nan"))),
+    ],
+    ids=[
+        "eq-false-dataclass",
+        "same-name-class",
+        "same-name-function",
+        "same-name-enum",
+        "hand-written-eq",
+        "nan",
+        "nan-in-tuple",
+        "complex-nan",
+    ],
+)
+def test_lookalike_aux_never_share_a_fingerprint(first, second):
+    a, b = tu.tree_structure(_node(first)), tu.tree_structure(_node(second))
+    assert a != b
+    fingerprints = set()
+    for td in (a, b):
+        try:
+            fingerprints.add(td.fingerprint())
+        except TypeError:
+            fingerprints.add(None)
+    assert None in fingerprints or len(fingerprints) == 2
+
+
+def test_repro_07_node_types_with_one_name():
+    a, b = tu.tree_structure(BOX_1(1)), tu.tree_structure(BOX_2(1))
+    assert a != b and a.fingerprint() != b.fingerprint()
+    assert a.fingerprint() == tu.tree_structure(BOX_1(2)).fingerprint()  # stable in-process
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (IdCfg(0.1), "compares by identity (a dataclass with eq=False)"),
+        (StrictCfg(0.1), "compares with a hand-written StrictCfg.__eq__"),
+        (float("nan"), "is NaN: NaN != NaN"),
+    ],
+    ids=["eq-false", "hand-written-eq", "nan"],
+)
+def test_refusal_names_node_path_value_and_why(value, why):
+    td = tu.tree_structure({"a": [0, Holder(1, ("x", value))]})
+    with pytest.raises(TypeError) as info:
+        td.fingerprint()
+    message = str(info.value)
+    assert message.startswith("cannot fingerprint the test_fingerprint.Holder node at ['a'][1]: ")
+    assert f"a {_aux._type_name(type(value))} value ({value!r}) " in message
+    assert why in message
+
+
+def test_value_dataclasses_are_still_encoded():
+    assert _fp(Holder(1, ValCfg(0.1))) == _fp(Holder(1, ValCfg(0.1)))
+    assert _fp(Holder(1, ValCfg(0.1))) != _fp(Holder(1, ValCfg(0.2)))
+    assert _fp(Holder(1, ValCfgChild(0.1))) != _fp(Holder(1, ValCfg(0.1)))
+    back = fastree.deserialize(tu.tree_structure(Holder(1, ValCfgChild(0.1))).serialize())
+    assert back == tu.tree_structure(Holder(1, ValCfgChild(0.1)))
+
+
+def test_serialize_refuses_identity_dataclasses_and_keeps_nan():
+    with pytest.raises(TypeError, match=r"cannot serialize the .*Holder node at \(root\)"):
+        tu.tree_structure(Holder(1, IdCfg(0.1))).serialize()
+    # A hand-written == is the class's own business once the fields are restored.
+    fastree.deserialize(tu.tree_structure(Holder(1, StrictCfg(0.1))).serialize())
+    back = fastree.deserialize(tu.tree_structure(Holder(1, float("nan"))).serialize())
+    assert np.isnan(back.node_data()[1])  # a round trip needs no equality
+
+
+RELOADED = textwrap.dedent(
+    """
+    import fastree.tree_util as tu
+
+    class Cell:
+        def __init__(self, *c):
+            self.c = c
+
+    tu.register_pytree_node(Cell, lambda n: (n.c, VERSION), lambda a, c: Cell(*c))
+    """
+)
+
+
+def test_reload_gives_the_new_class_another_fingerprint(tmp_path, monkeypatch):
+    # A re-run cell or importlib.reload: a new class under the old name. Until now both
+    # fingerprinted alike; treedefs built from them are unequal.
+    import importlib
+
+    (tmp_path / "fp_reload_mod.py").write_text("VERSION = 1\n" + RELOADED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("fp_reload_mod")
+    try:
+        old = tu.tree_structure(mod.Cell(1))
+        old_fp = old.fingerprint()
+        old.serialize()
+        (tmp_path / "fp_reload_mod.py").write_text("VERSION = 1\n" + RELOADED + "\n# again\n")
+        mod = importlib.reload(mod)
+        new = tu.tree_structure(mod.Cell(1))
+        assert new != old
+        assert new.fingerprint() != old_fp  # numbered in this process: not stable across them
+        assert old.fingerprint() == old_fp  # the first object keeps its name-only encoding
+        assert fastree.deserialize(new.serialize()) == new  # the name now finds the new class
+        with pytest.raises(TypeError, match="names another object"):
+            old.serialize()
+    finally:
+        sys.modules.pop("fp_reload_mod", None)
+
+
+# The property, over trees built from the lookalikes above and their honest neighbours.
+NAN_1, NAN_2 = float("nan"), float("nan")
+LOOKALIKES = [
+    [None],
+    [0, 0.0, -0.0, False],
+    [1, 1.0, True],
+    ["a"],
+    [b"a"],
+    [NAN_1, NAN_2, complex(NAN_1, 0)],
+    [(1,), [1], (1.0,)],
+    [(NAN_1,), (NAN_2,)],
+    [{"k": 1}, {"k": True}],
+    [frozenset({1}), {1}],
+    [IdCfg(0.1), IdCfg(0.1)],
+    [ValCfg(0.1), ValCfg(0.1), ValCfgChild(0.1)],
+    [StrictCfg(0.1), StrictCfg(0.1)],
+    [BOX_1, BOX_2],
+    [RELU_OLD, relu, max],
+    [PHASE_1.A, PHASE_2.A, PHASE_1.B],
+    [Mode.TRAIN, Mode.EVAL],
+]
+POOL = [value for group in LOOKALIKES for value in group]
+GROUP_OF: dict[int, list[int]] = {}  # pool index -> the pool indices of its group
+for _group in LOOKALIKES:
+    _members = list(range(len(GROUP_OF), len(GROUP_OF) + len(_group)))
+    GROUP_OF.update(dict.fromkeys(_members, _members))
+
+
+def _specs():
+    def extend(children):
+        kids = st.lists(children, max_size=2)
+        return st.one_of(
+            st.tuples(st.just("list"), kids),
+            st.tuples(
+                st.just("dict"), st.dictionaries(st.sampled_from("ab"), children, max_size=2)
+            ),
+            st.tuples(st.just("node"), st.integers(0, len(POOL) - 1), kids),
+            st.tuples(st.just("box"), st.integers(0, 1), kids),
+        )
+
+    return st.recursive(st.just(("leaf",)), extend, max_leaves=4)
+
+
+def _lookalike(spec, data):
+    """The same shape, each aux value swapped for a random member of its lookalike group."""
+    kind = spec[0]
+    if kind == "leaf":
+        return spec
+    if kind == "dict":
+        return (kind, {k: _lookalike(v, data) for k, v in spec[1].items()})
+    kids = [_lookalike(k, data) for k in spec[-1]]
+    if kind == "node":
+        return (kind, data.draw(st.sampled_from(GROUP_OF[spec[1]])), kids)
+    if kind == "box":
+        return (kind, data.draw(st.integers(0, 1)), kids)
+    return (kind, kids)
+
+
+def _build(spec):
+    kind = spec[0]
+    if kind == "leaf":
+        return 0
+    if kind == "dict":
+        return {k: _build(v) for k, v in spec[1].items()}
+    kids = [_build(k) for k in spec[-1]]
+    if kind == "node":
+        return _node(POOL[spec[1]], *kids)
+    if kind == "box":
+        return (BOX_1, BOX_2)[spec[1]](*kids)
+    return kids
+
+
+def _fingerprint_or_none(td):
+    try:
+        return td.fingerprint()
+    except TypeError:
+        return None
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_specs(), st.data())
+def test_equal_fingerprints_imply_equal_treedefs(spec, data):
+    other = _lookalike(spec, data) if data.draw(st.booleans()) else data.draw(_specs())
+    a, b = tu.tree_structure(_build(spec)), tu.tree_structure(_build(other))
+    fa, fb = _fingerprint_or_none(a), _fingerprint_or_none(b)
+    assert fa == _fingerprint_or_none(a)  # deterministic, refusals included
+    if fa is not None and fa == fb:
+        assert a == b

@@ -13,6 +13,11 @@ key and a treedef only matches a cached one if every aux_data compares equal:
   a fresh NaN, so it misses the cache every time. Keep floats that vary as leaves;
 * ``identity``: an object compared by identity (no ``__eq__`` of its own, not a function, class,
   module or enum member): a new instance per call means a new cache entry per call.
+
+The audit walks the tree once in Python (``_walk.Walk``): each object once however many paths
+lead to it, so its cost is linear in the distinct nodes, and a cycle raises what flatten
+raises. aux_data values are looked into once per distinct container, and shown through
+:func:`short_repr`, which stops after its limit.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import dataclasses
 import enum
 import math
 import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from . import _aux, _core
+from . import _aux
+from ._walk import Walk
 from .tree_util import keystr
 
 _BUILTIN_NODES = (type(None), tuple, list, dict, collections.OrderedDict, collections.defaultdict)
@@ -74,12 +81,63 @@ class AuditReport:
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
-    """repr(value), shortened; never raises (shared by the audit and structure diffs)."""
+    """repr(value), shortened; never raises (shared by the audit and structure diffs).
+
+    Built-in containers are written piece by piece and only up to ``limit``: a full repr of a
+    value whose tuples share sub-tuples writes every copy (2**40 for 40 levels of pairs), and
+    one that contains itself is shown as repr shows it.
+
+    >>> short_repr({'a': [1, 2.5], 'b': (None,)})
+    "{'a': [1, 2.5], 'b': (None,)}"
+    >>> pair = ()
+    >>> for _ in range(40):
+    ...     pair = (pair, pair)
+    >>> short_repr(pair, limit=20)
+    '(((((((((((((((((...'
+    """
+    pieces: list[str] = []
+    size = 0
     try:
-        text = repr(value)
+        for piece in _repr_pieces(value, set()):
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:
+                break
+        text = "".join(pieces)
     except Exception as e:  # a broken __repr__ must not break the audit
         text = f"<{type(value).__name__}: repr raised {type(e).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})")}
+
+
+def _repr_pieces(value: Any, open_ids: set[int]) -> Iterator[str]:
+    """repr(value) in pieces, lazily, for the exact built-in containers; repr() of the rest."""
+    tp = type(value)
+    if (tp is not dict and tp not in _BRACKETS) or not value:  # (never bool() of an array)
+        yield repr(value)
+        return
+    if id(value) in open_ids:  # repr's own notation for a container inside itself
+        yield "{...}" if tp is dict else "[...]"
+        return
+    open_ids.add(id(value))
+    if tp is dict:
+        yield "{"
+        for n, (k, v) in enumerate(list(value.items())):
+            yield ", " if n else ""
+            yield from _repr_pieces(k, open_ids)
+            yield ": "
+            yield from _repr_pieces(v, open_ids)
+        yield "}"
+    else:
+        opener, closer = _BRACKETS[tp]
+        yield opener
+        for n, item in enumerate(list(value)):
+            yield ", " if n else ""
+            yield from _repr_pieces(item, open_ids)
+        yield "," + closer if tp is tuple and len(value) == 1 else closer
+    open_ids.discard(id(value))
 
 
 def _uses_identity_eq(value: Any) -> bool:
@@ -109,12 +167,17 @@ def _aux_problems(aux: Any) -> list[str]:
         if text not in problems:
             problems.append(text)
 
+    # Each distinct container once (by id; the aux keeps them alive): shared sub-values cost
+    # nothing more and a container holding itself ends the walk.
     stack = [aux]
-    seen = 0
-    while stack and seen < 10_000:
+    seen: set[int] = set()
+    while stack and len(seen) < 10_000:
         value = stack.pop()
-        seen += 1
         tp = type(value)
+        if tp in (tuple, list, set, frozenset, dict):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
         if tp in (list, dict, set):
             add(f"mutable container: {tp.__name__}")
         if tp in (tuple, list, set, frozenset):
@@ -140,21 +203,25 @@ def _aux_problems(aux: Any) -> list[str]:
                 f"identity: {_aux._type_name(tp)} compares by identity; a new instance per "
                 "call is a new jit cache entry per call"
             )
-    try:
-        hash(aux)
-    except Exception:
+    if not _aux._hashable(aux):
         add("unhashable: hash(aux_data) fails (strict mode rejects it)")
     return problems
 
 
-def audit(tree: Any) -> AuditReport:
+def audit(tree: Any, is_leaf: Callable[[Any], Any] | None = None) -> AuditReport:
     """Lists every custom node's aux_data with its key path and any problem found.
 
     Args:
         tree: any pytree.
+        is_leaf: as in ``tree_flatten``: an object it accepts is a leaf, not looked into.
 
     Returns:
-        An :class:`AuditReport`; ``str(report)`` is a readable summary.
+        An :class:`AuditReport`; ``str(report)`` is a readable summary. A node object reached
+        through several key paths is listed once, at the first (flatten order).
+
+    Raises:
+        RecursionError, ValueError: what ``tree_flatten`` raises on a cycle (ValueError when
+        the cycle passes through an identity-preserving node) or on a tree too deep to flatten.
 
     >>> import fastree, fastree.tree_util as tu
     >>> class Scaled:  # aux_data: a float scale (legal, but a new jit cache key per value)
@@ -164,19 +231,23 @@ def audit(tree: Any) -> AuditReport:
     aux_data audit: 2 custom node(s), 1 with problems
       ['fixed']: ...Scaled aux_data=('unit',): ok
       ['layer']: ...Scaled aux_data=0.5: float: 0.5 changes the jit cache key whenever the value changes
+    >>> cyclic = [Scaled(1.0, 'a')]
+    >>> cyclic.append(cyclic)
+    >>> fastree.audit(cyclic)
+    Traceback (most recent call last):
+    RecursionError: maximum recursion depth exceeded in flatten; PyTree may have cyclical ...
+    >>> len(fastree.audit(cyclic, is_leaf=lambda x: x is cyclic))  # is_leaf stops at the root
+    0
     """
     entries: list[AuditEntry] = []
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), tree)]
-    while stack:
-        path, node = stack.pop()
-        with _aux._hooks_muted():  # report problems here, not as warnings from the flatten
-            out = _core.flatten_one_level_with_keys(node)
-        if out is None:
+    walk = Walk(tree, is_leaf)
+    for occurrence in walk:
+        if occurrence.node is None:  # a leaf, or a node already listed at its first path
             continue
-        key_children, aux = out
-        tp = type(node)
+        aux = occurrence.node[1]
+        tp = type(occurrence.obj)
         namedtuple = issubclass(tp, tuple) and hasattr(tp, "_fields") and aux is tp
         if tp not in _BUILTIN_NODES and not namedtuple:
+            path = walk.path(occurrence.index)
             entries.append(AuditEntry(path, tp, short_repr(aux), tuple(_aux_problems(aux))))
-        stack.extend((path + (k,), c) for k, c in reversed(list(key_children)))
     return AuditReport(tuple(entries))

@@ -16,6 +16,15 @@ Split of the work (the contract is in ``csrc/aux_check.h``):
   :func:`_report`, which finds the node's key path, and warns once per (node type, problem) or,
   in strict mode, raises ``TypeError`` every time.
 
+The key path: the core calls ``_report(node_type, aux, tree)`` with the whole tree only, so the
+reporter finds the node with one walk of ``tree`` (``_walk.Walk``: linear, each object once,
+cycle-safe), stopping at the first node of that type whose aux_data has the reported problem.
+That walk cannot honour an ``is_leaf`` the core does not pass; it never fails on what is_leaf
+would have stopped (a cycle, a subtree too deep to flatten, a flatten function that raises),
+but in that case it may name the path of an equal problem inside the stopped subtree, or an
+unknown path. ``_report`` also accepts ``is_leaf`` and ``key_path``: a core that passes the key
+path it is building (or, without one, its ``is_leaf``) makes the walk unnecessary (or exact).
+
 >>> import fastree
 >>> with fastree.strict_aux():
 ...     fastree.config.strict_aux
@@ -29,10 +38,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
-import threading
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -41,6 +49,7 @@ import jax.tree_util as _jtu
 import numpy as np
 
 from . import _core
+from ._walk import Walk, hooks_muted_now
 
 
 class AuxDataWarning(UserWarning):
@@ -139,19 +148,26 @@ def _classify(tp: type, example: Any) -> bool:
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _MUTABLE = (list, dict, set)
+_SCAN_LIMIT = 100_000  # distinct values looked at per aux_data: never hang on a huge one
 
 
 def _find_problems(aux: Any, strict: bool) -> list[tuple[str, Any]]:
-    """(kind, offending value) for each distinct problem kind found in ``aux``, walk order."""
+    """(kind, offending value) for each distinct problem kind found in ``aux``, walk order.
+
+    Each distinct container is looked into once (by id; the aux keeps them alive), so shared
+    sub-values cost nothing more and a container that holds itself ends the walk.
+    """
     found: dict[str, Any] = {}
     stack = [aux]
-    seen = 0
-    while stack and seen < 100_000:  # bounded: aux_data is small; never hang on a huge one
+    seen: set[int] = set()
+    while stack and len(seen) < _SCAN_LIMIT:
         value = stack.pop()
-        seen += 1
         tp = type(value)
         if tp in _ATOMS or isinstance(value, type):
             continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         if tp in (tuple, list, set, frozenset):
             if strict and tp in _MUTABLE:
                 found.setdefault("unhashable", value)
@@ -165,12 +181,34 @@ def _find_problems(aux: Any, strict: bool) -> list[tuple[str, Any]]:
             problem = _problem_of(value)
             if problem is not None:
                 found.setdefault(problem, value)
-    if strict and "unhashable" not in found:
-        try:
-            hash(aux)
-        except Exception:
-            found["unhashable"] = aux
+    if strict and "unhashable" not in found and not _hashable(aux):
+        found["unhashable"] = aux
     return list(found.items())
+
+
+def _hashable(aux: Any) -> bool:
+    """Whether ``hash(aux)`` succeeds, without computing it.
+
+    A tuple does not cache its hash: hashing one whose items share sub-tuples hashes every
+    path through them (2**40 for 40 levels of pairs). Each distinct tuple is checked once here
+    instead. A frozenset's elements were hashed when it was built; anything else is hashed.
+    """
+    stack = [aux]
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        tp = type(value)
+        if tp in _ATOMS or tp is frozenset or isinstance(value, type) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if tp is tuple:
+            stack.extend(value)
+            continue
+        try:
+            hash(value)
+        except Exception:
+            return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,33 +228,32 @@ def _same_aux(candidate: Any, aux: Any) -> bool:
     )
 
 
-def _locate(tree: Any, node_type: type, aux: Any) -> tuple[Any, ...] | None:
-    """The key path of the first node of type ``node_type`` whose aux_data is ``aux``.
+def _locate(
+    tree: Any,
+    node_type: type,
+    aux: Any,
+    kind: str,
+    strict: bool,
+    is_leaf: Callable[[Any], Any] | None = None,
+) -> tuple[Any, ...] | None:
+    """The key path of the node being reported: the first node of type ``node_type`` (in
+    flatten order) whose aux_data is ``aux`` or has the problem ``kind``; None if none is found.
 
-    A flatten function may build its aux_data anew on each call (``np.zeros(1)``); then no node
-    matches by identity, and the first node of that type with aux_data of the same type is
-    taken.
+    Why the first with the problem, not only the one holding this very ``aux`` object: a
+    flatten function may build its aux_data anew on each call (``np.zeros(1)``), so the walk's
+    own call returns another object. Flatten warns for the first node with an unwarned
+    problem and raises (strict) at the first node with any, so with deterministic flatten
+    functions the first node with the problem is the one flatten is at. The walk stops there:
+    is_leaf aside, it covers no more of the tree than flatten already did.
     """
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), tree)]
-    fallback = None
-    visited = 0
-    while stack and visited < 1_000_000:
-        path, node = stack.pop()
-        visited += 1
-        try:
-            out = _core.flatten_one_level_with_keys(node)
-        except Exception:
+    walk = Walk(tree, is_leaf, strict=False)
+    for occurrence in walk:
+        if occurrence.node is None or type(occurrence.obj) is not node_type:
             continue
-        if out is None:
-            continue
-        key_children, node_aux = out
-        if type(node) is node_type:
-            if _same_aux(node_aux, aux):
-                return path
-            if fallback is None and type(node_aux) is type(aux):
-                fallback = path
-        stack.extend((path + (k,), c) for k, c in reversed(list(key_children)))
-    return fallback
+        node_aux = occurrence.node[1]
+        if _same_aux(node_aux, aux) or any(k == kind for k, _ in _find_problems(node_aux, strict)):
+            return walk.path(occurrence.index)
+    return None
 
 
 def _message(node_type: type, path: tuple[Any, ...] | None, kind: str, value: Any) -> str:
@@ -233,24 +270,23 @@ def _message(node_type: type, path: tuple[Any, ...] | None, kind: str, value: An
 
 _warned: set[tuple[type, str]] = set()
 
-# Set while the reporter or an audit walks a tree: their own one-level flattens go through the
-# core's checks again, which must not re-enter the reporter.
-_muted = threading.local()
+_UNKNOWN = object()  # no key path given
 
 
-@contextlib.contextmanager
-def _hooks_muted() -> Iterator[None]:
-    previous = getattr(_muted, "on", False)
-    _muted.on = True
-    try:
-        yield
-    finally:
-        _muted.on = previous
+def _report(
+    node_type: type,
+    aux: Any,
+    tree: Any,
+    is_leaf: Callable[[Any], Any] | None = None,
+    key_path: Any = _UNKNOWN,
+) -> None:
+    """The core's reporter: warns once per (node type, problem), or raises in strict mode.
 
-
-def _report(node_type: type, aux: Any, tree: Any) -> None:
-    """The core's reporter: warns once per (node type, problem), or raises in strict mode."""
-    if getattr(_muted, "on", False):
+    ``tree`` is the whole tree being flattened. ``key_path`` (the node's key path, if the
+    caller has it) spares the walk that finds it; ``is_leaf`` (the flatten's) makes that walk
+    stop where flatten stopped.
+    """
+    if hooks_muted_now():  # a helper walker's own one-level flatten: not the user's call
         return
     strict = _core.strict_aux()
     problems = _find_problems(aux, strict)
@@ -258,9 +294,10 @@ def _report(node_type: type, aux: Any, tree: Any) -> None:
         problems = [(k, v) for k, v in problems if (node_type, k) not in _warned]
     if not problems:
         return
-    with _hooks_muted():
-        path = _locate(tree, node_type, aux)
     kind, value = problems[0]
+    path = key_path
+    if path is _UNKNOWN:
+        path = _locate(tree, node_type, aux, kind, strict, is_leaf)
     if strict:
         raise TypeError(_message(node_type, path, kind, value))
     for kind, value in problems:

@@ -71,21 +71,35 @@ def _keys_of(node: StateNode) -> list[Any] | None:
     return None
 
 
+def _same_target(
+    na: list[StateNode], nb: list[StateNode], a: StateNode, b: StateNode, partner: dict[int, int]
+) -> bool:
+    """Whether shared references ``a`` and ``b`` repeat nodes at the same key path."""
+    if a.ref in partner:  # the walk paired the target of `a` (paired nodes share a key path)
+        return partner[a.ref] == b.ref
+    return keystr(na[a.ref].path) == keystr(nb[b.ref].path)
+
+
 def _diff_nodes(na: list[StateNode], nb: list[StateNode]) -> list[StructureDiff]:
+    """The differences, walking both node lists in pre-order; linear in their length (plus the
+    key paths of the differences found)."""
     out: list[StructureDiff] = []
+    partner: dict[int, int] = {}  # index in na -> index in nb, for the pairs walked so far
     stack = [(len(na) - 1, len(nb) - 1)]
     while stack:
         i, j = stack.pop()
+        partner[i] = j
         a, b = na[i], nb[j]
-        path = a.path
 
         def add(kind: str, message: str) -> None:
-            out.append(StructureDiff(path, kind, message))  # noqa: B023 (used immediately)
+            out.append(StructureDiff(a.path, kind, message))  # noqa: B023 (used immediately)
 
         if a.is_ref or b.is_ref:
+            # A reference always comes after its target in pre-order, so a target the walk
+            # paired is in `partner` already.
             if a.is_ref and b.is_ref:
-                pa, pb = na[a.ref].path, nb[b.ref].path
-                if keystr(pa) != keystr(pb):
+                if not _same_target(na, nb, a, b, partner):
+                    pa, pb = na[a.ref].path, nb[b.ref].path
                     add(
                         "sharing",
                         f"shared reference changed: same object as "
@@ -180,6 +194,8 @@ def structure_diff(a: Any, b: Any) -> list[StructureDiff]:
     ['w']: node type changed: tuple -> list
     """
     ta, tb = _as_treedef(a), _as_treedef(b)
+    if ta == tb:  # the core's comparison is cheap; the walk below only explains a difference
+        return []
     diffs = _diff_states(ta._state(), tb._state())
     if not diffs and ta != tb:
         diffs.append(

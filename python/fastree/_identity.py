@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import _core
+from ._walk import Walk
 
 # Immutable scalars are never reported by find_shared: CPython interns many of them, and
 # aliasing them is harmless (they cannot be mutated or donated).
@@ -46,37 +47,35 @@ def find_shared(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
     Works on any tree, identity-preserving types or not: use it before donating buffers or
     crossing a jit boundary, where aliasing silently turns into copies. A shared node is
     reported with all its paths; its contents are not descended into again from the second
-    path on (they are shared with it). Immutable scalars (None, bool, int, float, complex, str,
-    bytes) and the empty tuple/frozenset singletons are not reported. Results are in order of
-    first occurrence.
+    path on (they are shared with it), so the cost is linear in the distinct objects, however
+    many paths lead to them. Immutable scalars (None, bool, int, float, complex, str, bytes) and
+    the empty tuple/frozenset singletons are not reported. Results are in order of first
+    occurrence.
+
+    Raises:
+        RecursionError, ValueError: what ``tree_flatten`` raises on a cycle (ValueError when
+        the cycle passes through an identity-preserving node) or on a tree too deep to flatten.
+        A cycle is not sharing: an object inside itself has no finite set of key paths.
 
     >>> import numpy as np, fastree
     >>> w = np.zeros(2)
     >>> [(type(s.obj).__name__, s.paths) for s in fastree.find_shared({'a': w, 'b': [w]})]
     [('ndarray', [(DictKey(key='a'),), (DictKey(key='b'), SequenceKey(idx=0))])]
     """
-    seen: dict[int, SharedObject] = {}
-    keepalive: list[Any] = []  # ids stay unique only while the objects live
+    walk = Walk(tree, is_leaf)
+    found: dict[int, SharedObject] = {}  # by the walk's index of the object
+    for occurrence in walk:
+        if occurrence.first or not _reportable(occurrence.obj):
+            continue
+        record = found.get(occurrence.index)
+        if record is None:  # the first path is built only for objects that turn out shared
+            record = found[occurrence.index] = SharedObject(
+                occurrence.obj, [walk.path(occurrence.index)]
+            )
+        record.paths.append(walk.path_of(occurrence))
+    return [found[index] for index in sorted(found)]
 
-    def visit(obj: Any, path: tuple[Any, ...]) -> None:
-        # Empty tuples/frozensets are interpreter-wide singletons: never aliasing worth reporting.
-        reportable = not isinstance(obj, _UNREPORTED) and not (
-            type(obj) in (tuple, frozenset) and not obj
-        )
-        if reportable:
-            record = seen.get(id(obj))
-            if record is not None:
-                record.paths.append(path)
-                return
-            seen[id(obj)] = SharedObject(obj, [path])
-            keepalive.append(obj)
-        if is_leaf is not None and is_leaf(obj):
-            return
-        out = _core.flatten_one_level_with_keys(obj)
-        if out is None:
-            return
-        for key, child in out[0]:
-            visit(child, (*path, key))
 
-    visit(tree, ())
-    return [record for record in seen.values() if len(record.paths) > 1]
+def _reportable(obj: Any) -> bool:
+    # Empty tuples/frozensets are interpreter-wide singletons: never aliasing worth reporting.
+    return not isinstance(obj, _UNREPORTED) and not (type(obj) in (tuple, frozenset) and not obj)

@@ -5,15 +5,40 @@ no repr): the same structure gives the same bytes in every process, on every mac
 every ``PYTHONHASHSEED``. Values allowed in aux_data, dict keys and node data:
 
     None, bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset,
-    enum members, dataclass instances of these, classes and named functions
-    (by module + qualified name).
+    enum members, dataclass instances of these (not ``eq=False``; for fingerprints, with
+    the ``==`` that ``@dataclass`` generates), classes and named functions (by module +
+    qualified name).
 
-Anything else raises ``TypeError``. Fingerprints sort dict items and set elements by their
-encoding (equal values, equal fingerprint); serialization keeps dict order (it must rebuild the
-same object) and sorts sets. Types are encoded, not their equality: ``1``, ``1.0`` and ``True``
-compare equal as aux_data but fingerprint differently, so equal fingerprints imply equal
-treedefs (not the converse), with one exception: a NaN aux value fingerprints like any other
-NaN although NaN != NaN.
+Anything else raises ``TypeError`` naming the node type, its key path, the value and why; so
+does a container that contains itself, or one whose shared sub-values would repeat more than
+16 MiB when written out (the encoding is by value, and each distinct container is encoded
+once, so the cost stays linear in the distinct values). Fingerprints sort dict items and set
+elements by their encoding (equal values, equal fingerprint); serialization keeps dict order
+(it must rebuild the same object) and sorts sets.
+
+What a fingerprint guarantees. Within one process, **equal fingerprints imply equal
+treedefs**: ``td1.fingerprint() == td2.fingerprint()`` implies ``td1 == td2``. The converse
+does not hold (``1``, ``1.0`` and ``True`` compare equal as aux_data but fingerprint
+differently: types are encoded, not equality). For that, ``fingerprint()`` refuses
+(``TypeError``) what it cannot encode faithfully:
+
+* a NaN (a float, or a complex part): NaN != NaN, so two treedefs holding distinct NaN objects
+  are unequal while their encodings match (``serialize`` accepts NaN: it needs no equality);
+* a dataclass instance whose ``==`` is not the one ``@dataclass`` generates: with ``eq=False``
+  it compares by identity, and a hand-written ``__eq__`` may tell apart what the fields do not
+  (``serialize`` refuses the first kind too: a rebuilt instance never equals the original);
+* a lambda or a function defined inside another function: it has no name to encode.
+
+Classes (node types included), enum classes and functions are encoded by module and
+qualified name, and a name need not identify one object: ``importlib.reload``, a re-run
+notebook cell or a class factory makes another object with the same name. So the first object
+fingerprinted under a name in this process is encoded by its name alone, and each other
+object fingerprinted later under that name gets a per-process number in its encoding (``#``,
+below): its fingerprints differ from the first's, and are **not stable across processes**.
+
+Across processes a fingerprint can only speak by name: equal fingerprints from two processes
+mean treedefs equal up to what the names denote in each (the same module + qualname for each
+node type, class and function; equal values elsewhere).
 
 Format (version 1)::
 
@@ -25,6 +50,9 @@ Format (version 1)::
            | b"q" name                                    defaultdict | any other class
     name   = str(module) str(qualname)               (str = varint(len) utf-8)
 
+Fingerprints hash the same encoding, with one addition: ``b"#" varint(n)`` before the tag of a
+value or node type whose name is the n-th object (n >= 1) of that name met in this process.
+
 ``deserialize`` imports the modules named in its input (as unpickling does): load only
 serialized treedefs you trust.
 """
@@ -32,24 +60,36 @@ serialized treedefs you trust.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import enum
 import hashlib
 import importlib
+import math
 import struct
 import sys
+import threading
 import types
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from jax._src import tree_util as _jax_internal
 
 from . import _core, _statetree
+from ._audit import short_repr
+from ._aux import _type_name
 from .tree_util import keystr
 
 MAGIC = b"FTDF"
 VERSION = 1
 _FINGERPRINT_PREFIX = b"fastree-fingerprint\x00\x01"
 _MAX_DEPTH = 64  # nesting of values (aux_data is shallow; a cycle must not recurse forever)
+# Bytes a value may repeat by sharing a sub-value: 40 levels of (x, x) pairs are 40 objects
+# but 2**40 copies in the encoding. The encoding is by value, so it must write every copy;
+# past this it refuses instead of running for days.
+_REPEAT_LIMIT = 1 << 24
+_CONTAINERS = (tuple, list, dict, set, frozenset)
 
 _NODE_TAGS: dict[type, bytes] = {
     type(None): b"N",
@@ -74,10 +114,21 @@ _UNNAMED_BUILTINS: dict[tuple[str, str], type] = {
 
 
 def _resolve(module: str, qualname: str) -> Any:
-    """The object named ``module``.``qualname``; ValueError if it cannot be found."""
+    """The object named ``module``.``qualname``; ValueError if it cannot be found.
+
+    In order: an attribute of a module already imported (what the name denotes now: after
+    ``importlib.reload`` or a re-run cell, the new class, although the old one is still
+    registered); the one registered node type of that name (no import needed; finds classes
+    defined in functions); an attribute of the module, imported.
+    """
     if (module, qualname) in _UNNAMED_BUILTINS:
         return _UNNAMED_BUILTINS[(module, qualname)]
-    # Registered node types first (no import needed; also finds classes defined in functions).
+    importable = all(p.isidentifier() for p in module.split(".")) and all(
+        p.isidentifier() for p in qualname.split(".")
+    )
+    if importable and module in sys.modules:
+        with contextlib.suppress(Exception):
+            return _attribute(sys.modules[module], qualname)
     matches = [
         tp
         for tp in list(_jax_internal._registry)
@@ -88,16 +139,17 @@ def _resolve(module: str, qualname: str) -> Any:
         return matches[0]
     if len(matches) > 1:
         raise ValueError(f"ambiguous type name {module}.{qualname}: several registered types")
-    if not all(p.isidentifier() for p in module.split(".")) or not all(
-        p.isidentifier() for p in qualname.split(".")
-    ):
+    if not importable:
         raise ValueError(f"cannot find {module}.{qualname}: not an importable name")
     try:
-        obj = sys.modules.get(module) or importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        return _attribute(importlib.import_module(module), qualname)
     except Exception as e:
         raise ValueError(f"cannot find {module}.{qualname}: {type(e).__name__}: {e}") from None
+
+
+def _attribute(obj: Any, qualname: str) -> Any:
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
     return obj
 
 
@@ -114,6 +166,35 @@ def _name_of(obj: Any, *, resolvable: bool) -> tuple[str, str]:
         if found is not obj:
             raise TypeError(f"{module}.{qualname} names another object than {obj!r}")
     return module, qualname
+
+
+class _NameBook:
+    """Which objects this process has fingerprinted under each (module, qualname), in order.
+
+    An object's number under its name is its place in that order: 0 for the first (encoded by
+    the name alone), n for the n-th other one. Numbers are never reused, even when their object
+    is gone: a fingerprint taken of it may still sit in a cache. Entries are weak references
+    where the object allows one (classes and functions do), so the book keeps nothing alive.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], list[Callable[[], Any]]] = {}
+
+    def number(self, name: tuple[str, str], obj: Any) -> int:
+        with self._lock:  # nothing in here runs user code
+            refs = self._seen.setdefault(name, [])
+            for n, ref in enumerate(refs):
+                if ref() is obj:
+                    return n
+            try:
+                refs.append(weakref.ref(obj))
+            except TypeError:  # no weak references to it: keep it
+                refs.append(lambda: obj)
+            return len(refs) - 1
+
+
+_names = _NameBook()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -137,50 +218,137 @@ def _str(out: bytearray, s: str) -> None:
     out += raw
 
 
-class _Encoder:
-    """Canonical mode (fingerprints) sorts dict items; serialization mode keeps their order and
-    checks that every named object can be found again by name."""
+_BY_IDENTITY = "compares by identity"
 
-    def __init__(self, canonical: bool) -> None:
+
+def _dataclass_eq_problem(tp: type) -> str | None:
+    """Why instances of dataclass ``tp`` cannot be encoded by their fields, or None.
+
+    Their fields say whether two of them are equal only if ``==`` is the one ``@dataclass``
+    generates (the compared fields, in a same-class check). That one is recognised by its
+    code: the same as the ``__eq__`` generated now for a dataclass with the same fields.
+    """
+    definer = next((c for c in tp.__mro__ if "__eq__" in vars(c)), object)
+    if definer is object:
+        return _BY_IDENTITY + " (a dataclass with eq=False)"
+    own = getattr(vars(definer)["__eq__"], "__code__", None)
+    try:
+        fields = [
+            (f.name, Any, dataclasses.field(compare=f.compare)) for f in dataclasses.fields(definer)
+        ]
+        generated = dataclasses.make_dataclass("_Reference", fields).__eq__.__code__
+    except TypeError:  # `definer` is no dataclass: a plain subclass that wrote its own __eq__
+        generated = None
+    if own is None or generated is None or _code_key(own) != _code_key(generated):
+        return f"compares with a hand-written {definer.__qualname__}.__eq__"
+    return None
+
+
+def _code_key(code: types.CodeType) -> tuple[Any, ...]:
+    return code.co_code, code.co_names, code.co_consts
+
+
+_dataclass_eq_problems: weakref.WeakKeyDictionary[type, str | None] = weakref.WeakKeyDictionary()
+
+
+def _dataclass_problem(tp: type) -> str | None:
+    try:
+        return _dataclass_eq_problems[tp]
+    except KeyError:
+        problem = _dataclass_eq_problems[tp] = _dataclass_eq_problem(tp)
+        return problem
+
+
+def _has_nan(v: complex) -> bool:  # a float or a complex
+    return math.isnan(v) if type(v) is float else math.isnan(v.real) or math.isnan(v.imag)
+
+
+class _Memo:
+    """What the encoders of one ``fingerprint``/``serialize`` call share."""
+
+    def __init__(self) -> None:
+        # (id, depth) -> (container, its encoding): each distinct container is encoded once
+        # per depth (the depth limit depends on it), and kept alive so its id stays its own.
+        self.done: dict[tuple[int, int], tuple[Any, bytes]] = {}
+        self.open: set[int] = set()  # containers being encoded: meeting one again is a cycle
+        self.repeated = 0  # bytes copied for repeats so far
+        self.named: dict[int, tuple[Any, bytes]] = {}  # id -> (object, tag + name encoding)
+
+
+class _Encoder:
+    """Canonical mode (fingerprints) sorts dict items and numbers names met under another
+    object before; serialization mode keeps dict order and checks that every named object can
+    be found again by name.
+
+    Each distinct container is encoded once (see ``_Memo``); a repeat copies its bytes, up to
+    ``_REPEAT_LIMIT`` in all, so the cost stays linear in the distinct values. A container met
+    inside itself is refused.
+    """
+
+    def __init__(self, canonical: bool, memo: _Memo | None = None) -> None:
         self.canonical = canonical
         self.out = bytearray()
+        self.memo = memo if memo is not None else _Memo()
 
-    def name(self, obj: Any) -> None:
-        module, qualname = _name_of(obj, resolvable=not self.canonical)
-        _str(self.out, module)
-        _str(self.out, qualname)
+    def named(self, tag: bytes, obj: Any) -> None:
+        """``tag`` and the name of ``obj`` (with its number in this process, canonically)."""
+        known = self.memo.named.get(id(obj))
+        if known is None:
+            name = _name_of(obj, resolvable=not self.canonical)
+            head = bytearray()
+            if self.canonical:
+                number = _names.number(name, obj)
+                if number:
+                    head += b"#"
+                    _varint(head, number)
+            head += tag
+            _str(head, name[0])
+            _str(head, name[1])
+            known = self.memo.named[id(obj)] = (obj, bytes(head))
+        self.out += known[1]
 
     def encoded(self, value: Any, depth: int) -> bytes:
-        sub = _Encoder(self.canonical)
+        sub = _Encoder(self.canonical, self.memo)
         sub.value(value, depth)
         return bytes(sub.out)
 
     def value(self, v: Any, depth: int = 0) -> None:
         if depth > _MAX_DEPTH:
-            raise TypeError("value nested too deeply (or cyclic)")
+            raise TypeError("value nested too deeply (more than 64 levels)")
+        tp = type(v)
+        if tp in _CONTAINERS:
+            self.out += self._container(v, depth)
+        else:
+            self._scalar(v, tp, depth)
+
+    def _container(self, v: Any, depth: int) -> bytes:
+        memo = self.memo
+        done = memo.done.get((id(v), depth))
+        if done is not None:
+            memo.repeated += len(done[1])
+            if memo.repeated > _REPEAT_LIMIT:
+                raise TypeError(
+                    f"{_value_text(v)} is shared so often that the encoding would repeat more "
+                    f"than {_REPEAT_LIMIT} bytes (a DAG of shared containers, written out by value)"
+                )
+            return done[1]
+        if id(v) in memo.open:
+            raise TypeError(f"{_value_text(v)} contains itself (a cycle)")
+        memo.open.add(id(v))
+        outer, self.out = self.out, bytearray()  # encode it on its own, to remember its bytes
+        try:
+            self._write_container(v, depth)
+            data = bytes(self.out)
+        finally:
+            self.out = outer
+            memo.open.discard(id(v))
+        memo.done[(id(v), depth)] = (v, data)
+        return data
+
+    def _write_container(self, v: Any, depth: int) -> None:
         out = self.out
         tp = type(v)
-        if v is None:
-            out += b"N"
-        elif tp is bool:
-            out += b"T" if v else b"F"
-        elif tp is int:
-            raw = v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
-            out += b"i"
-            _varint(out, len(raw))
-            out += raw
-        elif tp is float:
-            out += b"g" + struct.pack(">d", v)
-        elif tp is complex:
-            out += b"c" + struct.pack(">dd", v.real, v.imag)
-        elif tp is str:
-            out += b"s"
-            _str(out, v)
-        elif tp is bytes:
-            out += b"b"
-            _varint(out, len(v))
-            out += v
-        elif tp is tuple or tp is list:
+        if tp is tuple or tp is list:
             out += b"(" if tp is tuple else b"["
             _varint(out, len(v))
             for item in v:
@@ -199,38 +367,70 @@ class _Encoder:
             _varint(out, len(elements))
             for e in elements:
                 out += e
-        elif isinstance(v, enum.Enum):
-            out += b"e"
-            self.name(tp)
-            _str(out, v.name)
-        elif isinstance(v, type):
-            out += b"y"
-            self.name(v)
-        elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
-            if "<" in getattr(v, "__qualname__", "<"):
-                raise TypeError(f"function {v!r} has no importable name (a lambda or local)")
-            out += b"p"
-            self.name(v)
-        elif dataclasses.is_dataclass(v):
+        else:  # a dataclass instance
+            problem = _dataclass_problem(tp)
+            # Serialization needs no equality, only that the rebuilt value equals the
+            # original: an identity-compared one never does; a hand-written == may.
+            if problem is not None and (self.canonical or problem.startswith(_BY_IDENTITY)):
+                raise TypeError(
+                    f"{_value_text(v)} {problem}: equal-looking instances are unequal "
+                    "treedefs, so its fields cannot stand for it"
+                )
             fields = dataclasses.fields(v)
-            out += b"a"
-            self.name(tp)
+            self.named(b"a", tp)
             _varint(out, len(fields))
             for f in fields:
                 _str(out, f.name)
                 self.value(getattr(v, f.name), depth + 1)
-        else:
+
+    def _scalar(self, v: Any, tp: type, depth: int) -> None:
+        """Anything but a built-in container (a dataclass instance is one again)."""
+        out = self.out
+        if v is None:
+            out += b"N"
+        elif tp is bool:
+            out += b"T" if v else b"F"
+        elif tp is int:
+            raw = v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
+            out += b"i"
+            _varint(out, len(raw))
+            out += raw
+        elif (tp is float or tp is complex) and self.canonical and _has_nan(v):
             raise TypeError(
-                f"a {tp.__module__}.{tp.__qualname__} value ({v!r:.60}) has no canonical encoding"
+                f"{_value_text(v)} is NaN: NaN != NaN, so two treedefs holding distinct NaN "
+                "objects are unequal while their encodings match"
             )
+        elif tp is float:
+            out += b"g" + struct.pack(">d", v)
+        elif tp is complex:
+            out += b"c" + struct.pack(">dd", v.real, v.imag)
+        elif tp is str:
+            out += b"s"
+            _str(out, v)
+        elif tp is bytes:
+            out += b"b"
+            _varint(out, len(v))
+            out += v
+        elif isinstance(v, enum.Enum):
+            self.named(b"e", tp)
+            _str(out, v.name)
+        elif isinstance(v, type):
+            self.named(b"y", v)
+        elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
+            if "<" in getattr(v, "__qualname__", "<"):
+                raise TypeError(f"function {v!r} has no importable name (a lambda or local)")
+            self.named(b"p", v)
+        elif dataclasses.is_dataclass(v):
+            out += self._container(v, depth)
+        else:
+            raise TypeError(f"{_value_text(v)} has no canonical encoding")
 
     def node_type(self, tp: type) -> None:
         tag = _NODE_TAGS.get(tp)
         if tag is not None:
             self.out += tag
         else:
-            self.out += b"q"
-            self.name(tp)
+            self.named(b"q", tp)
 
     def state(self, state: Any) -> None:
         entries = state[1]
@@ -251,20 +451,43 @@ class _Encoder:
             except TypeError as e:
                 path = _statetree.parse_state(state)[i].path
                 where = keystr(path) or "(root)"
+                what = "fingerprint" if self.canonical else "serialize"
                 raise TypeError(
-                    f"cannot encode the {tp.__qualname__} node at {where}: {e}"
+                    f"cannot {what} the {_type_name(tp)} node at {where}: {e}"
                 ) from None
+
+
+def _value_text(v: Any) -> str:
+    """``a <type> value (<repr, shortened>)`` for error messages; never raises."""
+    return f"a {_type_name(type(v))} value ({short_repr(v, 60)})"
 
 
 def fingerprint(treedef: _core.PyTreeDef) -> str:
     """A sha256 hex digest of the structure, identical across processes and machines.
 
-    >>> import fastree.tree_util as tu
+    Within one process, equal fingerprints imply equal treedefs; across processes they imply
+    treedefs equal by name (see the module docstring for both statements and their limits).
+
+    Raises:
+        TypeError: the treedef holds a value that cannot be encoded faithfully (the message
+            names the node type, its key path, the value and why): one outside the supported
+            kinds, a NaN, a dataclass instance without dataclass-generated ``==``, a lambda.
+
+    >>> import dataclasses, fastree.tree_util as tu
     >>> fp = tu.tree_structure({'a': (1, 2)}).fingerprint()
     >>> len(fp), fp == tu.tree_structure({'a': (3, 4)}).fingerprint()
     (64, True)
     >>> fp == tu.tree_structure({'b': (1, 2)}).fingerprint()
     False
+    >>> class Box:
+    ...     def __init__(self, meta): self.meta = meta
+    >>> tu.register_pytree_node(Box, lambda b: ((), b.meta), lambda m, _: Box(m))
+    >>> @dataclasses.dataclass(eq=False)
+    ... class Opaque:
+    ...     x: int
+    >>> tu.tree_structure({'b': Box(Opaque(1))}).fingerprint()
+    Traceback (most recent call last):
+    TypeError: cannot fingerprint the ...Box node at ['b']: ... compares by identity ...
     """
     enc = _Encoder(canonical=True)
     enc.state(treedef._state())

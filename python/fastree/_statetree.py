@@ -24,11 +24,17 @@ from . import _core
 from .tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
 STATE_VERSION = 1
+_DICT_KINDS = (dict, collections.OrderedDict, collections.defaultdict)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class StateNode:
-    """One entry of the state, with its children (indices) and key path filled in."""
+    """One entry of the state, with its children (indices) and its place in the tree.
+
+    The key path is a property built on demand from the ``parent`` links: storing every node's
+    full path would cost the sum of all depths (quadratic on a deep treedef), and the users
+    (diffs, error messages) need only a few.
+    """
 
     index: int
     type: type | None  # None for a leaf or a shared reference
@@ -36,7 +42,18 @@ class StateNode:
     arity: int
     ref: int  # -1, or the index of the node this shared reference repeats
     children: list[int] = dataclasses.field(default_factory=list)
-    path: tuple[Any, ...] = ()
+    parent: StateNode | None = dataclasses.field(default=None, repr=False, compare=False)
+    key: Any = None  # the key entry from `parent` to this node (None at the root)
+
+    @property
+    def path(self) -> tuple[Any, ...]:
+        """The key path from the root (JAX's key entries)."""
+        keys = []
+        node: StateNode | None = self
+        while node is not None and node.parent is not None:
+            keys.append(node.key)
+            node = node.parent
+        return tuple(reversed(keys))
 
     @property
     def is_leaf(self) -> bool:
@@ -103,10 +120,15 @@ def child_keys(tp: type, data: Any, arity: int) -> list[Any]:
 
 
 def parse_state(state: Any) -> list[StateNode]:
-    """Parses a state tuple into nodes (root last), with children and key paths.
+    """Parses a state tuple into nodes (root last), with children and key paths (linear time).
 
     Raises:
         ValueError: the state is not a well-formed single tree.
+
+    >>> import fastree.tree_util as tu
+    >>> nodes = parse_state(tu.tree_structure({'a': [1, (2,)]})._state())
+    >>> [(n.type.__name__ if n.type else '*', tu.keystr(n.path)) for n in nodes[1:]]
+    [('*', "['a'][1][0]"), ('tuple', "['a'][1]"), ('list', "['a']"), ('dict', '')]
     """
     if not (isinstance(state, tuple) and len(state) == 2 and state[0] == STATE_VERSION):
         raise ValueError(f"Unsupported PyTreeDef state: {state!r:.80}")
@@ -126,10 +148,21 @@ def parse_state(state: Any) -> list[StateNode]:
         nodes.append(node)
     if len(open_roots) != 1:
         raise ValueError("Malformed PyTreeDef state: not a single tree.")
-    # Key paths, top down (the root is last; a parent always comes after its children).
-    for node in reversed(nodes):
-        if node.children:
-            assert node.type is not None
-            for key, child in zip(child_keys(node.type, node.data, node.arity), node.children):
-                nodes[child].path = node.path + (key,)
+    # Parent links and keys (each node's `path` follows them up to the root). Only dict kinds'
+    # keys depend on the node data; the others' are looked up once per (type, arity).
+    same_keys: dict[tuple[type, int, bool], list[Any]] = {}
+    for node in nodes:
+        if not node.children:
+            continue
+        assert node.type is not None
+        if node.type in _DICT_KINDS:
+            keys = child_keys(node.type, node.data, node.arity)
+        else:
+            shape = (node.type, node.arity, node.data is None)
+            keys = same_keys.get(shape) or same_keys.setdefault(
+                shape, child_keys(node.type, node.data, node.arity)
+            )
+        for key, child in zip(keys, node.children):
+            nodes[child].parent = node
+            nodes[child].key = key
     return nodes
