@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import subprocess
 import sys
 from typing import Any
 
@@ -18,6 +19,38 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def source_revision() -> str | None:
+    """``git describe``-style revision of the checkout the suite runs from (``+dirty`` when it has
+    uncommitted changes), so a published run says which code it timed; None outside git."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def fastree_location() -> str | None:
+    """Where the fastree that ran was imported from (an editable build, a wheel...)."""
+    module = sys.modules.get("fastree")
+    return getattr(module, "__file__", None)
 
 
 def describe(device: str, versions: dict[str, str], memory_method: str | None) -> dict[str, Any]:
@@ -36,4 +69,6 @@ def describe(device: str, versions: dict[str, str], memory_method: str | None) -
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "libraries": versions,
         "memory_method": memory_method,
+        "source_revision": source_revision(),
+        "fastree_location": fastree_location(),
     }

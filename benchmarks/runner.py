@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> RunResult:
         result.environment["fastree_install_at_start"] = uninstalled
     if result.workloads and any(row.speedup for row in result.workloads):
         result.environment["fastree_installed_routes"] = _routes()
+        result.environment["workload_libraries"] = _workload_library_versions()
     result.duration_s = round(time.perf_counter() - started, 1)
     _progress(f"done in {result.duration_s:.1f} s")
     return result
@@ -181,6 +182,16 @@ def _run_workloads(settings: Settings, only: list[str], result: RunResult) -> li
         settings.workload_repeats,
         progress=_progress,
     )
+
+
+def _workload_library_versions() -> str:
+    """Versions of the libraries the workloads imported (they are not timed as libraries)."""
+    versions = []
+    for name in ("equinox", "optax", "flax"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions.append(f"{name} {getattr(module, '__version__', '?')}")
+    return ", ".join(versions)
 
 
 def _routes() -> str:

@@ -172,8 +172,8 @@ def _workloads_panel(ax: Any, workloads: list[Any]) -> None:
     for i, row in enumerate(workloads):
         if row.speedup:
             ax.annotate(
-                f"{speedup_label(row.speedup)}  ({format_value(row.plain, 'ns')} → "
-                f"{format_value(row.installed, 'ns')})",
+                f"{speedup_label(row.speedup)}  ({format_value(row.plain, 'ns', micro='µs')} → "
+                f"{format_value(row.installed, 'ns', micro='µs')})",
                 (max(1.0, row.speedup), i),
                 xytext=(4, 0),
                 textcoords="offset points",
@@ -181,7 +181,7 @@ def _workloads_panel(ax: Any, workloads: list[Any]) -> None:
                 fontsize=8.5,
             )
     low = min([0.8, *values]) - 0.05
-    high = max([1.3, *values]) * 1.3  # room for the labels
+    high = max([1.3, *values]) * 1.45  # room for the labels
     for i, row in enumerate(workloads):
         if not row.speedup:
             ax.text(1.0, i, f"  not run: {row.not_run}"[:70], va="center", fontsize=8, color="0.35")

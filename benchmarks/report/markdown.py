@@ -257,6 +257,10 @@ def _environment(result: RunResult) -> list[str]:
         "jax_backend",
         "xla_flags",
         "memory_method",
+        "source_revision",
+        "fastree_location",
+        "fastree_install_at_start",
+        "workload_libraries",
     ):
         if env.get(key) not in (None, ""):
             lines.append(f"| {key} | {env[key]} |")
