@@ -1,15 +1,17 @@
 """What a quick run and a full run measure, and for how long.
 
-Budget reasoning (2 cores): a full run is 16 tree/leaf combinations x 13 ops x 4 libraries
-~ 830 timed cells. At 11 repeats of ~40 ms plus calibration that is ~0.55 s per cell, ~8 minutes,
-plus dm-tree's slow calls on the big trees and ~1 minute of memory probes: ~10 minutes.
+Budget reasoning (2 cores): a full run is 16 tree/leaf combinations x 13 ops plus 5 dict-order
+variants x 10 ops, x 4 libraries ~ 1,030 timed cells. At 11 repeats of ~40 ms plus calibration
+that is ~0.55 s per cell, ~9.5 minutes, plus dm-tree's slow calls on the big trees, ~1 minute of
+memory probes and ~1 minute of workloads: measured 591 s with the machine also busy elsewhere.
 A quick run uses ~2 ms repeats and 3 of them, which keeps the whole run (imports, tree building,
-the 16k-leaf and 100k-leaf trees included) under 2 minutes.
+the 16k-leaf and 100k-leaf trees and the workloads included) near a minute: 63 s measured.
 
 The end-to-end workloads cost mostly their set-up (importing equinox and flax, building models,
 compiling: ~15 s together) plus a warm-up and a calibration call per mode; each of their calls
-takes 0.3-300 ms, so repeats are few. A full run times them at larger sizes where that matters
-(workloads/*.py say which) and with more repeats, because their ratios sit near 1.
+takes 0.5-450 ms, so repeats are few. A full run times them at larger sizes where that matters
+(workloads/*.py say which) and with more repeats, because their ratios sit near 1: quick-mode
+workload ratios move by +-0.2 between runs on a shared 2-core machine, full-run ones far less.
 """
 
 from __future__ import annotations
