@@ -140,6 +140,12 @@ PYBIND11_MODULE(_core, m) {
         py::arg("to_jax"), py::arg("map_error"),
         "Connects the core to JAX: its registry (for JAX-only types), key classes and hooks.");
     m.def(
+        "set_jaxlib_adopter",
+        [](py::handle adopter) { registry::InstallJaxlibAdopter(adopter.ptr()); },
+        py::arg("adopter"),
+        "Installs adopter(type) -> (flatten, unflatten) | None for types registered only in "
+        "jaxlib's C++ registry.");
+    m.def(
         "set_key_makers",
         [](py::handle sequence_block, py::handle flattened_index_block, py::handle dict_key,
            py::handle getattr_key) {

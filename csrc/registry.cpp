@@ -3,6 +3,7 @@
 
 #include "aux_check.h"
 #include "keys.h"
+#include "pyutils.h"
 #include "treedef.h"
 
 #include <memory>
@@ -18,6 +19,7 @@ const Registration kTuple{NodeKind::kTuple};
 const Registration kList{NodeKind::kList};
 const Registration kDict{NodeKind::kDict};
 const Registration kNamedTuple{NodeKind::kNamedTuple};
+const Registration kTupleSubclass{NodeKind::kLeaf};
 
 Memo g_memo;
 PyObject* g_jax_registry = nullptr;
@@ -44,6 +46,7 @@ struct State {
     PyObject* jax_registry = nullptr;            // owned
     PyObject* jax_flatten_with_keys = nullptr;   // owned
     PyObject* jax_flatten_one_level = nullptr;   // owned
+    PyObject* jaxlib_adopter = nullptr;          // owned: type -> (flatten, unflatten) | None
 };
 
 State& S() {
@@ -95,15 +98,21 @@ PyObject* WatchType(PyTypeObject* t) {
     return ref;
 }
 
-bool IsNamedTupleType(PyTypeObject* t) {
-    if (!PyType_IsSubtype(t, &PyTuple_Type)) return false;
-    PyObject* fields = PyObject_GetAttrString(reinterpret_cast<PyObject*>(t), "_fields");
-    if (fields == nullptr) {
-        PyErr_Clear();
-        return false;
+// For a tuple subclass: &kNamedTuple if every instance has `_fields` (the class has a plain,
+// non-descriptor `_fields` and the default attribute lookup, as collections.namedtuple and
+// typing.NamedTuple classes do), else &kTupleSubclass (decided per object). Null otherwise.
+const Registration* NamedTupleKind(PyTypeObject* t) {
+    if (!PyType_IsSubtype(t, &PyTuple_Type)) return nullptr;
+    if (t->tp_getattro == PyObject_GenericGetAttr) {
+        Ref name(PyUnicode_FromString("_fields"));
+        if (!name) {
+            PyErr_Clear();
+            return &kTupleSubclass;
+        }
+        PyObject* fields = _PyType_Lookup(t, name.get());  // borrowed, used at once
+        if (fields != nullptr && Py_TYPE(fields)->tp_descr_get == nullptr) return &kNamedTuple;
     }
-    Py_DECREF(fields);
-    return true;
+    return &kTupleSubclass;
 }
 
 // A type JAX knows through its Python-side registry: adopt its callbacks as a custom node.
@@ -129,6 +138,30 @@ const Registration* AdoptFromJax(PyTypeObject* t) {
     return out;
 }
 
+// A type registered only in jaxlib's C++ registry (default_registry.register_node or
+// register_dataclass_node, which leave JAX's Python-side dict alone): the adopter the Python
+// layer installs answers (flatten, unflatten) built on jaxlib's own functions, or None.
+const Registration* AdoptFromJaxlib(PyTypeObject* t) {
+    State& s = S();
+    if (s.jaxlib_adopter == nullptr) return nullptr;
+    Ref adopter(Py_NewRef(s.jaxlib_adopter));
+    Ref answer(PyObject_CallOneArg(adopter.get(), reinterpret_cast<PyObject*>(t)));
+    if (!answer || !PyTuple_Check(answer.get()) || PyTuple_GET_SIZE(answer.get()) != 2) {
+        PyErr_Clear();  // classifying cannot fail: the type stays a leaf, as before
+        return nullptr;
+    }
+    auto reg = std::make_unique<Registration>();
+    reg->kind = NodeKind::kCustom;
+    reg->type = Py_NewRef(reinterpret_cast<PyObject*>(t));
+    reg->flatten = Py_NewRef(PyTuple_GET_ITEM(answer.get(), 0));
+    reg->unflatten = Py_NewRef(PyTuple_GET_ITEM(answer.get(), 1));
+    reg->from_jax = true;
+    const Registration* out = reg.get();
+    s.all.push_back(std::move(reg));
+    s.registered[t] = out;
+    return out;
+}
+
 const Registration* Resolve(PyTypeObject* t) {
     State& s = S();
     auto it = s.registered.find(t);
@@ -137,11 +170,26 @@ const Registration* Resolve(PyTypeObject* t) {
     if (t != &PyTuple_Type && t != &PyList_Type && t != &PyDict_Type && t != Py_TYPE(Py_None)) {
         if (const Registration* r = AdoptFromJax(t)) return r;
     }
-    if (IsNamedTupleType(t)) return &kNamedTuple;
-    return &kLeaf;
+    // jaxlib counts namedtuple classes as nodes too: decide those first.
+    const Registration* tuple_kind = NamedTupleKind(t);
+    if (tuple_kind == &kNamedTuple) return tuple_kind;
+    if (const Registration* r = AdoptFromJaxlib(t)) return r;
+    return tuple_kind != nullptr ? tuple_kind : &kLeaf;
 }
 
 }  // namespace
+
+const Registration* ClassifyTupleSubclass(PyObject* obj) {
+    // JAX's test, per object: hasattr(obj, "_fields"). Any exception from the lookup means "no
+    // such attribute", as in jaxlib (whose hasattr swallows them all): classifying cannot fail.
+    PyObject* fields = PyObject_GetAttrString(obj, "_fields");
+    if (fields == nullptr) {
+        PyErr_Clear();
+        return &kLeaf;
+    }
+    Py_DECREF(fields);
+    return &kNamedTuple;
+}
 
 const Registration* ClassifySlow(PyTypeObject* t) {
     State& s = S();
@@ -250,6 +298,12 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
     return true;
 }
 
+void InstallJaxlibAdopter(PyObject* adopter) {
+    State& s = S();
+    Py_XSETREF(s.jaxlib_adopter, adopter == Py_None ? nullptr : Py_XNewRef(adopter));
+    DropMemo();
+}
+
 PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys; }
 PyObject* JaxFlattenOneLevel() { return S().jax_flatten_one_level; }
 
@@ -277,6 +331,7 @@ int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(s.jax_registry);
     Py_VISIT(s.jax_flatten_with_keys);
     Py_VISIT(s.jax_flatten_one_level);
+    Py_VISIT(s.jaxlib_adopter);
     // The core's other module-lifetime references: JAX's key classes and the bridge hooks.
     if (int err = keys::Traverse(visit, arg)) return err;
     if (int err = aux::Traverse(visit, arg)) return err;

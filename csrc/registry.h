@@ -5,8 +5,12 @@
 //   2. types registered through fastree             (by exact type, as JAX does)
 //   3. types registered only with JAX               (JAX's Python-side `_registry` dict), so
 //      flax/equinox/optax types work whether they were registered before or after import
-//   4. namedtuple classes (tuple subclasses with `_fields`)
-//   5. everything else is a leaf
+//   4. types JAX's C++ registry knows (jax.tree_util.default_registry.register_node /
+//      register_dataclass_node), asked with its is_node(type) where jaxlib has it
+//   5. namedtuples: JAX decides per object (a tuple instance with a `_fields` attribute). A tuple
+//      subclass whose class carries a plain `_fields` is decided once for the class; any other
+//      tuple subclass is decided object by object (kTupleSubclass below)
+//   6. everything else is a leaf
 // Results are memoised per type; the memo is dropped whenever a registration is added here or
 // JAX's registry grows, so a type registered late stops being a leaf.
 #pragma once
@@ -58,6 +62,14 @@ extern const Registration kTuple;
 extern const Registration kList;
 extern const Registration kDict;
 extern const Registration kNamedTuple;
+// Memo marker for a tuple subclass whose instances may or may not have `_fields` (an instance
+// attribute, a descriptor, a custom __getattribute__): Classify asks the object. Its kind is
+// kLeaf, which is what a question about the type alone (ClassifyType) answers.
+extern const Registration kTupleSubclass;
+
+// Classify's answer for an object of a kTupleSubclass type: a namedtuple if it has `_fields`
+// (getattr can run Python code).
+const Registration* ClassifyTupleSubclass(PyObject* obj);
 
 // One-entry memo in front of the per-type table: trees are runs of the same leaf type.
 struct Memo {
@@ -81,8 +93,10 @@ inline const Registration* Classify(PyObject* obj) {
     if (t == &PyList_Type) return &kList;
     if (t == &PyDict_Type) return &kDict;
     if (obj == Py_None) return &kNone;
-    if (t == g_memo.type && g_memo.jax_size == JaxRegistrySize()) return g_memo.reg;
-    return ClassifySlow(t);
+    const Registration* reg = t == g_memo.type && g_memo.jax_size == JaxRegistrySize()
+                                  ? g_memo.reg
+                                  : ClassifySlow(t);
+    return reg == &kTupleSubclass ? ClassifyTupleSubclass(obj) : reg;
 }
 
 inline const Registration* ClassifyType(PyTypeObject* t) {
@@ -106,6 +120,9 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
 // by the registry object.
 bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
                 PyObject* jax_flatten_one_level_with_keys);
+// Installs the Python layer's adopter for types registered only in jaxlib's C++ registry:
+// adopter(type) -> (flatten, unflatten) or None. Asked once per type (memoised).
+void InstallJaxlibAdopter(PyObject* adopter);
 PyObject* JaxFlattenWithKeys();  // borrowed; may be null
 PyObject* JaxFlattenOneLevel();  // borrowed; may be null
 

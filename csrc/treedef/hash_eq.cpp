@@ -1,10 +1,12 @@
 // Treedef hashing and equality.
 //
 // Equal treedefs must hash equal. Shared references are part of the structure: (m, m) and
-// (m1, m2) differ in both hash and equality. Like JAX, the hash covers the shape (kinds, arities, node types)
-// and not aux_data, which may be unhashable; unlike JAX it also mixes in dict keys, which are
-// always hashable, so same-shaped dicts with different keys spread across buckets. The hash is
-// computed once and cached in the (immutable) treedef.
+// (m1, m2) differ in both hash and equality. Like JAX, the hash covers the shape (kinds, arities,
+// node types) and neither aux_data, which may be unhashable, nor dict keys: a key's __hash__ can
+// be user code that raises (JAX's hash never does), and a key equal to a str key need not be one
+// (a str enum member, a user class), so no subset of keys could be mixed in consistently with
+// equality. Hashing therefore runs no Python code and cannot fail. It is computed once and cached
+// in the (immutable) treedef.
 #include <cstring>
 #include <string>
 
@@ -35,12 +37,6 @@ Py_hash_t Hash(PyTreeDefObject* self) {
             h = Mix(h, reinterpret_cast<Py_uhash_t>(def.Data(node)));
         } else if (const Registration* custom = def.Custom(node)) {
             h = Mix(h, reinterpret_cast<Py_uhash_t>(custom->type));
-        } else if (node.kind == NodeKind::kDict) {
-            for (Py_ssize_t i = 0; i < node.arity; ++i) {
-                Py_hash_t kh = PyObject_Hash(def.keys[node.keys_begin + i]);
-                if (kh == -1) return -1;
-                h = Mix(h, static_cast<Py_uhash_t>(kh));
-            }
         }
     }
     Py_hash_t out = static_cast<Py_hash_t>(h);

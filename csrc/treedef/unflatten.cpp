@@ -155,21 +155,31 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
     if (PyList_CheckExact(leaves)) {
         if (!CheckLeafCount(def, PyList_GET_SIZE(leaves))) return nullptr;
         // Read in place rather than snapshotted (a copy and an extra INCREF/DECREF of every
-        // leaf). A custom unflatten function may mutate the list meanwhile, so each item is
-        // re-read, bounds-checked, at the moment its position is reached; the list itself is
-        // held so that it outlives any such callback.
+        // leaf). A custom unflatten function may mutate the list meanwhile, so, as JAX's
+        // iteration over it does, each position is read (bounds-checked) when it is reached,
+        // and the list must end where the treedef does: a list that shrank gives "Too few
+        // leaves", one that grew "Too many leaves", never a tree built from a shifted list.
+        // The list itself is held so that it outlives any such callback.
         Ref held(Py_NewRef(leaves));
-        return UnflattenWith(def, [leaves](Py_ssize_t i) -> PyObject* {
+        const Py_ssize_t expected = def.num_leaves();
+        Ref out(UnflattenWith(def, [leaves, expected](Py_ssize_t i) -> PyObject* {
             if (i + kPrefetchDistance < PyList_GET_SIZE(leaves)) {
                 PrefetchForWrite(PyList_GET_ITEM(leaves, i + kPrefetchDistance));
             }
             if (i >= PyList_GET_SIZE(leaves)) {
-                PyErr_SetString(PyExc_RuntimeError,
-                                "the leaves list changed size during tree_unflatten");
+                PyErr_Format(PyExc_ValueError,
+                             "Too few leaves for PyTreeDef; expected %zd, got %zd", expected, i);
                 return nullptr;
             }
             return Py_NewRef(PyList_GET_ITEM(leaves, i));
-        });
+        }));
+        if (out && PyList_GET_SIZE(leaves) != expected) {
+            // Dropping the built tree may run finalizers; the error is set after that.
+            out = Ref();
+            PyErr_Format(PyExc_ValueError, "Too many leaves for PyTreeDef; expected %zd.",
+                         expected);
+        }
+        return out.release();
     }
     PyObject* seq = PySequence_Tuple(leaves);
     if (seq == nullptr) return nullptr;

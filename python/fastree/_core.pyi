@@ -104,6 +104,9 @@ def install_jax_bridge(
     to_jax: Callable[[PyTreeDef], Any],
     map_error: Callable[[Any, Any, Any, str, bool], BaseException | None],
 ) -> None: ...
+def set_jaxlib_adopter(
+    adopter: Callable[[type], tuple[Callable[[Any], Any], Callable[[Any, Any], Any]] | None] | None,
+) -> None: ...
 def set_key_makers(
     sequence_block: Callable[[int], list[Any]] | None,
     flattened_index_block: Callable[[int], list[Any]] | None,

@@ -216,6 +216,35 @@ _JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
 )
 
 
+_JAXLIB_IS_NODE = getattr(_jtu.default_registry, "is_node", None)  # jaxlib 0.7 and later
+_LEAF_TREEDEF = _jtu.tree_structure(0)
+
+
+def _adopt_jaxlib_node(node_type: type) -> tuple[Any, Any] | None:
+    """(flatten, unflatten) for a type registered only in jaxlib's C++ registry, else None.
+
+    ``jax.tree_util.default_registry.register_node`` / ``register_dataclass_node`` register with
+    jaxlib alone (JAX's Python-side dict never sees them). The core asks here once per type it
+    has not classified yet; the answer flattens with jaxlib's ``flatten_one_level`` and rebuilds
+    through a one-node JAX treedef, so the same user functions run as under JAX. Needs jaxlib's
+    ``is_node`` and ``from_node_data_and_children`` (jaxlib 0.7+); before that such types stay
+    leaves.
+    """
+    if _JAXLIB_IS_NODE is None or not _JAX_BUILDS_FROM_NODE_DATA:
+        return None
+    if not _JAXLIB_IS_NODE(node_type):
+        return None
+    registry = _jtu.default_registry
+    build = _jtu.PyTreeDef.from_node_data_and_children
+
+    def unflatten(aux_data: Any, children: Any) -> Any:
+        children = tuple(children)
+        one_node = build(registry, (node_type, aux_data), [_LEAF_TREEDEF] * len(children))
+        return one_node.unflatten(children)
+
+    return registry.flatten_one_level, unflatten
+
+
 def install() -> None:
     _core.install_jax_bridge(
         jax_registry=_jax_internal._registry,
@@ -229,6 +258,7 @@ def install() -> None:
         map_error=_map_errors.explain,
     )
     _key_makers.install()
+    _core.set_jaxlib_adopter(_adopt_jaxlib_node)
     _core.set_jax_texts(
         dict_mismatch_shows_dict=_JAX_DICT_MISMATCH_SHOWS_DICT,
         aux_equality_names_type=_JAX_AUX_EQUALITY_NAMES_TYPE,
