@@ -44,13 +44,15 @@ inline bool StrLess(PyObject* a, PyObject* b) {
     return PyUnicode_Compare(a, b) < 0;  // cannot fail for two str objects
 }
 
-// Sorts [first, last) by a strict total order `less` with no equal elements. Ascending runs are
-// found first (a strictly descending run is reversed in place); a range of one run is done, a
-// range of few runs is merged run by run, and anything else goes to std::sort.
+// Sorts [first, last) by a strict total order `less` with no equal elements, if it is made of
+// few sorted runs: ascending runs are found first (a strictly descending run is reversed in
+// place); a range of one run is done, a range of few runs is merged run by run. Returns false,
+// with the elements permuted but not sorted, when the input has too little order for that to
+// pay (then the caller sorts it some other way).
 template <class It, class Less>
-void NaturalSort(It first, It last, Less less) {
+bool NaturalSortIfOrdered(It first, It last, Less less) {
     const ptrdiff_t n = last - first;
-    if (n < 2) return;
+    if (n < 2) return true;
     std::vector<ptrdiff_t> bounds{0};  // start of each run, then n
     ptrdiff_t i = 0;
     while (i < n) {
@@ -64,10 +66,7 @@ void NaturalSort(It first, It last, Less less) {
         i = j;
         bounds.push_back(i);
         // Mostly unordered input: runs of ~2; merging them would lose to one std::sort.
-        if (bounds.size() > 64 && static_cast<ptrdiff_t>(bounds.size()) * 8 > i) {
-            std::sort(first, last, less);
-            return;
-        }
+        if (bounds.size() > 64 && static_cast<ptrdiff_t>(bounds.size()) * 8 > i) return false;
     }
     // Merge neighbouring runs pairwise until one is left: n log2(runs) comparisons.
     while (bounds.size() > 2) {
@@ -83,6 +82,61 @@ void NaturalSort(It first, It last, Less less) {
         }
         bounds.swap(merged);
     }
+    return true;
+}
+
+template <class It, class Less>
+void NaturalSort(It first, It last, Less less) {
+    if (!NaturalSortIfOrdered(first, last, less)) std::sort(first, last, less);
+}
+
+// A str whose code points are all below 256, stored one byte each (ASCII and Latin-1 text):
+// byte order is code-point order.
+inline bool IsOneByteStr(PyObject* s) {
+    return PyUnicode_IS_COMPACT(s) && PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND;
+}
+
+// The first 8 code points of a one-byte str, big-endian and zero-padded: comparing two prefixes
+// as integers orders the strings by those code points, and equal prefixes leave the tie to
+// StrLess.
+inline uint64_t OneBytePrefix(PyObject* s) {
+    const Py_UCS1* p = PyUnicode_1BYTE_DATA(s);
+    const Py_ssize_t n = std::min<Py_ssize_t>(PyUnicode_GET_LENGTH(s), 8);
+    uint64_t out = 0;
+    for (Py_ssize_t i = 0; i < 8; ++i) out = (out << 8) | (i < n ? p[i] : 0);
+    return out;
+}
+
+// Sorts records with exact-str keys that have little order (random insertion). The comparisons
+// of a plain sort chase each key object through the heap; here each key's first 8 bytes are
+// read once into a dense array, and most comparisons are settled there.
+template <class It, class KeyOf>
+void SortStrKeysByPrefix(It first, It last, KeyOf key_of) {
+    using Record = typename std::iterator_traits<It>::value_type;
+    const ptrdiff_t n = last - first;
+    for (It it = first; it != last; ++it) {
+        if (!IsOneByteStr(key_of(*it))) {
+            NaturalSort(first, last, [&](const Record& a, const Record& b) {
+                return StrLess(key_of(a), key_of(b));
+            });
+            return;
+        }
+    }
+    struct Entry {
+        uint64_t prefix;
+        ptrdiff_t index;
+    };
+    std::vector<Entry> entries;
+    entries.reserve(static_cast<size_t>(n));
+    for (ptrdiff_t i = 0; i < n; ++i) entries.push_back(Entry{OneBytePrefix(key_of(first[i])), i});
+    std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+        if (a.prefix != b.prefix) return a.prefix < b.prefix;
+        return StrLess(key_of(first[a.index]), key_of(first[b.index]));
+    });
+    std::vector<Record> sorted;
+    sorted.reserve(static_cast<size_t>(n));
+    for (const Entry& e : entries) sorted.push_back(first[e.index]);
+    std::copy(sorted.begin(), sorted.end(), first);
 }
 
 // An exact int key's value, if it fits in 64 bits.
@@ -110,9 +164,8 @@ bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
             if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
             return true;
         }
-        NaturalSort(first, last, [&](const Record& a, const Record& b) {
-            return StrLess(key_of(a), key_of(b));
-        });
+        auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
+        if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
         return true;
     }
     if (!all_int) return false;

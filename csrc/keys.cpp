@@ -10,9 +10,10 @@
 // Why cached: JAX's key entries are immutable (read-only properties), so equal entries can be
 // shared, and making one costs far more than reusing it. Cached for the process:
 // SequenceKey/FlattenedIndexKey by index below 2**17 (~40 bytes each, ~5 MB at most), made in
-// blocks; DictKey/GetAttrKey for exact str and int keys, up to 8192 each (a parameter tree
-// repeats 'kernel', 'bias', ... in every layer). Indices past 2**17 (very wide lists) come from
-// one block per walk, held only while some key-path walk is running (see WalkScope).
+// blocks; DictKey/GetAttrKey for exact str and int keys, up to 65536 each (a parameter tree
+// repeats 'kernel', 'bias', ... in every layer), a dict's unknown keys made in one block. Indices past 2**17 (very wide lists) come from
+// one block per walk, and names past the cache's size are kept the same way: held only while
+// some key-path walk is running (see WalkScope).
 #include "keys.h"
 
 #include <algorithm>
@@ -26,7 +27,7 @@ namespace {
 
 constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 constexpr Py_ssize_t kMinBlock = 256;
-constexpr Py_ssize_t kStrCacheSize = 8192;
+constexpr Py_ssize_t kStrCacheSize = 65536;  // ~100 bytes an entry: ~6.5 MB at most
 
 // One kind of index key: its class, its block maker, its cache.
 struct IndexKeys {
@@ -39,9 +40,11 @@ IndexKeys g_sequence;
 IndexKeys g_flattened_index;
 
 struct NamedKeys {
-    PyObject* cls = nullptr;    // owned: DictKey or GetAttrKey
-    PyObject* maker = nullptr;  // owned or null: key -> the entry
-    PyObject* cache = nullptr;  // owned dict: exact str/int -> entry
+    PyObject* cls = nullptr;       // owned: DictKey or GetAttrKey
+    PyObject* maker = nullptr;     // owned or null: key -> the entry
+    PyObject* block = nullptr;     // owned or null: [keys of one type] -> [entries], same order
+    PyObject* cache = nullptr;     // owned dict: exact str/int -> entry
+    PyObject* overflow = nullptr;  // owned dict: entries past the cache's size (during walks)
 };
 NamedKeys g_dict;
 NamedKeys g_getattr;
@@ -126,14 +129,19 @@ bool Reserve(IndexKeys& kind, Py_ssize_t n) {
     return true;
 }
 
+bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry);
+
 PyObject* ByName(NamedKeys& kind, PyObject* name) {
     if (kind.cls == nullptr) return NotInstalled();
     // Exact str and int keys hash and compare without running Python code: cacheable.
     const bool cacheable = PyUnicode_CheckExact(name) || PyLong_CheckExact(name);
-    if (cacheable && kind.cache != nullptr) {
-        PyObject* hit = PyDict_GetItemWithError(kind.cache, name);
-        if (hit != nullptr) return Py_NewRef(hit);
-        if (PyErr_Occurred()) return nullptr;
+    if (cacheable) {
+        for (PyObject* table : {kind.cache, kind.overflow}) {
+            if (table == nullptr) continue;
+            PyObject* hit = PyDict_GetItemWithError(table, name);
+            if (hit != nullptr) return Py_NewRef(hit);
+            if (PyErr_Occurred()) return nullptr;
+        }
     }
     Ref made;
     if (kind.maker != nullptr) {
@@ -144,15 +152,70 @@ PyObject* ByName(NamedKeys& kind, PyObject* name) {
         made = Ref(PyObject_CallOneArg(cls.get(), name));
     }
     if (!made || !cacheable) return made.release();
-    if (kind.cache == nullptr) {
-        kind.cache = PyDict_New();
-        if (kind.cache == nullptr) return nullptr;
-    }
-    if (PyDict_GET_SIZE(kind.cache) < kStrCacheSize &&
-        PyDict_SetItem(kind.cache, name, made.get()) < 0) {
-        return nullptr;
-    }
+    if (!Remember(kind, name, made.get())) return nullptr;
     return made.release();
+}
+
+// Keeps `entry` for `name` (exact str or int): in the cache while it has room, else, during a
+// walk, in the overflow table that the walk's end drops.
+bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry) {
+    PyObject** table = &kind.cache;
+    if (kind.cache != nullptr && PyDict_GET_SIZE(kind.cache) >= kStrCacheSize) {
+        if (g_walk_depth == 0) return true;
+        table = &kind.overflow;
+    }
+    if (*table == nullptr) {
+        *table = PyDict_New();
+        if (*table == nullptr) return false;
+    }
+    return PyDict_SetItem(*table, name, entry) == 0;
+}
+
+// Makes, in one maker call, the entries for `names` (a list of exact str, or of exact int,
+// none of them known yet) and remembers them.
+bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
+    Ref block(Py_NewRef(kind.block));
+    Ref made(PyObject_CallOneArg(block.get(), names));
+    if (!made) return false;
+    if (!PyList_CheckExact(made.get()) ||
+        PyList_GET_SIZE(made.get()) != PyList_GET_SIZE(names)) {
+        PyErr_SetString(PyExc_SystemError, "fastree: a key maker returned a malformed block");
+        return false;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+        if (!Remember(kind, PyList_GET_ITEM(names, i), PyList_GET_ITEM(made.get(), i))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
+    if (kind.block == nullptr || n < 8) return true;  // a few misses: one by one is as cheap
+    // Exact str and exact int keys (the cacheable ones) not known yet, one list per type: the
+    // block maker sorts them, which mixed types would not allow.
+    Ref missing_str(PyList_New(0));
+    Ref missing_int(PyList_New(0));
+    if (!missing_str || !missing_int) return false;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* name = names[i];
+        PyObject* list = PyUnicode_CheckExact(name) ? missing_str.get()
+                         : PyLong_CheckExact(name)  ? missing_int.get()
+                                                    : nullptr;
+        if (list == nullptr) continue;
+        bool known = false;
+        for (PyObject* table : {kind.cache, kind.overflow}) {
+            if (table == nullptr || known) continue;
+            const int has = PyDict_Contains(table, name);
+            if (has < 0) return false;
+            known = has > 0;
+        }
+        if (!known && PyList_Append(list, name) < 0) return false;
+    }
+    for (PyObject* list : {missing_str.get(), missing_int.get()}) {
+        if (PyList_GET_SIZE(list) > 0 && !MakeNamedBlock(kind, list)) return false;
+    }
+    return true;
 }
 
 void ClearIndexKeys(IndexKeys& kind) {
@@ -184,12 +247,15 @@ bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
     ClearIndexKeys(g_flattened_index);
     Py_CLEAR(g_dict.cache);
     Py_CLEAR(g_getattr.cache);
+    Py_CLEAR(g_dict.overflow);
+    Py_CLEAR(g_getattr.overflow);
     return true;
 }
 
 void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
-                   PyObject* dict_key, PyObject* getattr_key) {
+                   PyObject* dict_key, PyObject* getattr_key, PyObject* dict_key_block) {
     auto opt = [](PyObject* f) { return f == Py_None ? nullptr : Py_XNewRef(f); };
+    Py_XSETREF(g_dict.block, opt(dict_key_block));
     Py_XSETREF(g_sequence.block, opt(sequence_block));
     Py_XSETREF(g_flattened_index.block, opt(flattened_index_block));
     Py_XSETREF(g_dict.maker, opt(dict_key));
@@ -201,10 +267,13 @@ WalkScope::~WalkScope() {
     if (--g_walk_depth == 0) {
         ReleaseOverflow(g_sequence);
         ReleaseOverflow(g_flattened_index);
+        Py_CLEAR(g_dict.overflow);
+        Py_CLEAR(g_getattr.overflow);
     }
 }
 
 bool ReserveSequence(Py_ssize_t n) { return Reserve(g_sequence, n); }
+bool ReserveDict(PyObject* const* keys, Py_ssize_t n) { return ReserveNames(g_dict, keys, n); }
 bool ReserveFlattenedIndex(Py_ssize_t n) { return Reserve(g_flattened_index, n); }
 
 PyObject* Dict(PyObject* key) { return ByName(g_dict, key); }
@@ -222,7 +291,9 @@ int Traverse(visitproc visit, void* arg) {
     for (const NamedKeys* kind : {&g_dict, &g_getattr}) {
         Py_VISIT(kind->cls);
         Py_VISIT(kind->maker);
+        Py_VISIT(kind->block);
         Py_VISIT(kind->cache);
+        Py_VISIT(kind->overflow);
     }
     return 0;
 }

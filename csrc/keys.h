@@ -13,9 +13,10 @@ bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
 
 // Installs the makers (each may be None): jaxlib functions that make key entries without
 // calling the classes (see keys.cpp). `sequence_block(n)` / `flattened_index_block(n)` return a
-// list of the entries for indices 0..n-1; `dict_key(k)` / `getattr_key(name)` one entry.
+// list of the entries for indices 0..n-1; `dict_key(k)` / `getattr_key(name)` one entry;
+// `dict_key_block(keys)` the entries for a list of exact str (or exact int) keys, in order.
 void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
-                   PyObject* dict_key, PyObject* getattr_key);
+                   PyObject* dict_key, PyObject* getattr_key, PyObject* dict_key_block);
 
 // Held by every walk that makes key paths: entries for indices past the cache are kept only
 // while some walk holds one.
@@ -31,6 +32,8 @@ class WalkScope {
 // cache in one block. False with a Python error set.
 bool ReserveSequence(Py_ssize_t n);
 bool ReserveFlattenedIndex(Py_ssize_t n);
+// The same for a dict's `n` keys: the ones not cached yet are made in one block.
+bool ReserveDict(PyObject* const* keys, Py_ssize_t n);
 
 // Each returns a new reference, or null with a Python error set.
 PyObject* Dict(PyObject* key);

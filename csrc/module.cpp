@@ -148,12 +148,12 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "set_key_makers",
         [](py::handle sequence_block, py::handle flattened_index_block, py::handle dict_key,
-           py::handle getattr_key) {
+           py::handle getattr_key, py::handle dict_key_block) {
             keys::InstallMakers(sequence_block.ptr(), flattened_index_block.ptr(), dict_key.ptr(),
-                                getattr_key.ptr());
+                                getattr_key.ptr(), dict_key_block.ptr());
         },
         py::arg("sequence_block"), py::arg("flattened_index_block"), py::arg("dict_key"),
-        py::arg("getattr_key"),
+        py::arg("getattr_key"), py::arg("dict_key_block"),
         "Installs the jaxlib functions that make key entries (see csrc/keys.cpp).");
     m.def(
         "set_aux_hooks",

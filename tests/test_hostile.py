@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import math
 import random
 import sys
 import textwrap
@@ -29,7 +28,6 @@ import fastree.tree_util as tu
 import jax
 import jax.tree_util as jtu
 import pytest
-
 from helpers import capture, run_script_results, used_recursion_depth
 
 JAX_0_7 = hasattr(jtu.PyTreeDef, "from_node_data_and_children")
@@ -37,8 +35,10 @@ JAX_0_7 = hasattr(jtu.PyTreeDef, "from_node_data_and_children")
 
 def run_child(code: str, timeout: int = 240) -> str:
     """Runs `code` in a fresh interpreter; asserts it exits 0; returns its stdout."""
-    results, proc = run_script_results(textwrap.dedent(code))
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    _, proc = run_script_results(textwrap.dedent(code))
+    assert proc.returncode == 0, (
+        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -166,7 +166,9 @@ print("done=%d" % done)
 
 
 def test_entry_points_survive_finalizers_mutating_trees_at_every_allocation():
-    out = run_child(GC_PRESSURE_SCRIPT.format(tests_dir=str(__import__("pathlib").Path(__file__).parent)))
+    out = run_child(
+        GC_PRESSURE_SCRIPT.format(tests_dir=str(__import__("pathlib").Path(__file__).parent))
+    )
     assert f"done={40 * len(ENTRY_POINTS)}" in out
 
 
@@ -183,7 +185,7 @@ def test_unflatten_raises_when_an_unflatten_function_resizes_the_leaf_list():
             def __init__(self, v):
                 self.v = v
 
-        def unflatten(_, children, mutate=mutate):
+        def unflatten(_, children, mutate=mutate, holder=holder):
             mutate(holder[0])
             return Box(children[0])
 
@@ -397,8 +399,17 @@ print("leaked=%r" % (leaked[:5],))
 )
 @pytest.mark.parametrize(
     "op",
-    ["flatten", "leaves", "structure", "flatten_with_path", "map", "map2", "map_with_path",
-     "unflatten", "flatten_up_to"],
+    [
+        "flatten",
+        "leaves",
+        "structure",
+        "flatten_with_path",
+        "map",
+        "map2",
+        "map_with_path",
+        "unflatten",
+        "flatten_up_to",
+    ],
 )
 def test_out_of_memory_is_a_memory_error_and_leaks_nothing(op):
     results, proc = run_script_results(OOM_SCRIPT.format(op=op))
@@ -438,7 +449,9 @@ def test_dict_keys_without_a_total_order_follow_jaxs_order():
     assert tu.tree_leaves(big) == jtu.tree_leaves(big)
 
 
-@pytest.mark.parametrize("order", ["natural", "sorted", "reversed", "nearly", "random", "ints"])
+@pytest.mark.parametrize(
+    "order", ["natural", "sorted", "reversed", "nearly", "random", "ints", "latin1", "unicode"]
+)
 def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
     rng = random.Random(order)
     keys: list = [f"k{i}" for i in range(3000)]
@@ -453,6 +466,15 @@ def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
             keys[i], keys[j] = keys[j], keys[i]
     elif order == "random":
         rng.shuffle(keys)
+    elif order in ("latin1", "unicode"):
+        # Prefix-sorted one-byte strings (ASCII, Latin-1), NUL and shared prefixes included;
+        # "unicode" mixes in wider kinds, which take the plain comparison path.
+        alphabet = ["a", "b", "\x00", "é", "ÿ", "Z", "ab"] + (
+            ["中", "\U0001f600"] * (order == "unicode")
+        )
+        keys = list(
+            {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)}
+        )
     elif order == "ints":
         keys = [rng.randrange(-(2**70), 2**70) for _ in range(500)] + list(range(2000))
     d = {k: i for i, k in enumerate(keys)}
@@ -613,7 +635,9 @@ jtu.register_pytree_with_keys(
     lambda n: (((jtu.GetAttrKey("a"), n.a), (jtu.GetAttrKey("b"), n.b)), "k"),
     lambda _, c: _ViaJaxKeys(*c),
 )
-jtu.default_registry.register_node(_ViaJaxlib, lambda n: ((n.a, n.b), 0), lambda _, c: _ViaJaxlib(*c))
+jtu.default_registry.register_node(
+    _ViaJaxlib, lambda n: ((n.a, n.b), 0), lambda _, c: _ViaJaxlib(*c)
+)
 jtu.default_registry.register_dataclass_node(_ViaJaxlibDataclass, ["a", "b"], [])
 tu.register_pytree_node(_ViaFastree, lambda n: ((n.a, n.b), None), lambda _, c: _ViaFastree(*c))
 
@@ -659,7 +683,7 @@ def test_differential_fuzz_against_jax():
         jpaths = [p for p, _ in jtu.tree_leaves_with_path(tree)]
         assert fpaths == jpaths
         marker = object()
-        fmapped = tu.tree_leaves(tu.tree_map(lambda x: marker, tree))
+        fmapped = tu.tree_leaves(tu.tree_map(lambda x, m=marker: m, tree))
         assert len(fmapped) == len(jleaves) and all(x is marker for x in fmapped)
         assert str(tu.tree_structure(tu.tree_unflatten(ftd, jleaves))) == str(jtd)
         assert ftd.flatten_up_to(tree) == jtd.flatten_up_to(tree)

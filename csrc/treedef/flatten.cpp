@@ -272,6 +272,15 @@ class Flattener {
         return true;
     }
 
+    // The DictKey entries of a wide dict not cached yet, made in one block.
+    static bool ReserveDictKeys(const Items& items) {
+        if (items.size() < 8) return true;
+        std::vector<PyObject*> names;  // borrowed from `items`, which owns them
+        names.reserve(items.size());
+        for (size_t i = 0; i < items.size(); ++i) names.push_back(items[i].key);
+        return keys::ReserveDict(names.data(), static_cast<Py_ssize_t>(names.size()));
+    }
+
     // Visits gathered (key, value) items in order, consuming them.
     bool VisitItems(Items& items) {
         for (size_t i = 0; i < items.size(); ++i) {
@@ -298,6 +307,9 @@ class Flattener {
         Items items;
         if (!GatherDictItems(obj, items)) return false;
         const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+        if constexpr (kPaths) {
+            if (!ReserveDictKeys(items)) return false;
+        }
         // Reserve this dict's key slots up front: children's keys are appended after ours.
         Py_ssize_t keys_begin = 0;
         if constexpr (kDef) {

@@ -112,6 +112,7 @@ def set_key_makers(
     flattened_index_block: Callable[[int], list[Any]] | None,
     dict_key: Callable[[Any], Any] | None,
     getattr_key: Callable[[Any], Any] | None,
+    dict_key_block: Callable[[list[Any]], list[Any]] | None,
 ) -> None: ...
 def set_aux_hooks(
     classify: Callable[[type, Any], bool] | None,

@@ -34,7 +34,7 @@ class _Indexed:
         self.n = n
 
 
-class _Named(tuple):  # noqa: SLOT001 - instances carry `_fields`, as jaxlib reads it per object
+class _Named(tuple):  # instances carry `_fields`: jaxlib reads it per object
     """A one-item tuple with its own ``_fields``: jaxlib keys its item ``GetAttrKey(_fields[0])``."""
 
 
@@ -57,6 +57,12 @@ def dict_key(key: Any) -> Any:
     return _flatten_with_keys({key: None})[0][0][0]
 
 
+def dict_key_block(keys: list[Any]) -> list[Any]:
+    """``[DictKey(k) for k in keys]``, for distinct keys of one orderable type (str, or int)."""
+    made = {entry.key: entry for entry, _ in _flatten_with_keys(dict.fromkeys(keys))[0]}
+    return [made[key] for key in keys]
+
+
 def getattr_key(name: Any) -> Any:
     """``GetAttrKey(name)``."""
     holder = _Named((None,))
@@ -71,9 +77,10 @@ def _works() -> bool:
             sequence_block(2)[1] == _jtu.SequenceKey(1)
             and flattened_index_block(2)[1] == _jtu.FlattenedIndexKey(1)
             and dict_key("a") == _jtu.DictKey("a")
+            and dict_key_block(["b", "a"]) == [_jtu.DictKey("b"), _jtu.DictKey("a")]
             and getattr_key("a") == _jtu.GetAttrKey("a")
         )
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means: not this jaxlib's routes
         return False
 
 
@@ -81,4 +88,6 @@ def install() -> None:
     from . import _core
 
     if _works():
-        _core.set_key_makers(sequence_block, flattened_index_block, dict_key, getattr_key)
+        _core.set_key_makers(
+            sequence_block, flattened_index_block, dict_key, getattr_key, dict_key_block
+        )

@@ -149,7 +149,7 @@ def _different_numbers(
 ) -> Explanation:
     try:
         difference: set[Any] | None = set(p_keys).symmetric_difference(set(f_keys))
-    except Exception:  # unhashable keys: the message goes without the difference, as in JAX
+    except Exception:  # noqa: BLE001 - unhashable keys: the message goes without the difference, as in JAX
         difference = None
     listed = " ".join(map(_key_text, p_keys)), " ".join(map(_key_text, f_keys))
     tail = (
