@@ -49,8 +49,8 @@ Walk Classify(PyObject* value) {
     Py_DECREF(r);
     if (plain < 0) return Walk::kError;
     if (verdicts.size() > 1024) ClearVerdicts();
-    Py_INCREF(reinterpret_cast<PyObject*>(t));
-    verdicts.emplace(t, plain != 0);
+    // The entry first, then its reference: an emplace that throws leaks nothing.
+    if (verdicts.emplace(t, plain != 0).second) Py_INCREF(reinterpret_cast<PyObject*>(t));
     return plain ? Walk::kPlain : Walk::kReport;
 }
 
@@ -104,15 +104,32 @@ Walk Visit(PyObject* value, int depth) {
 
 }  // namespace
 
-bool CheckSlow(PyObject* node_type, PyObject* aux, PyObject* root) {
+bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
     Walk w = Visit(aux, 0);
     if (w == Walk::kError) return false;
     if (w == Walk::kPlain) return true;
-    PyObject* args[3] = {node_type, aux, root};
-    PyObject* r = PyObject_Vectorcall(g_reporter, args, 3, nullptr);
-    if (r == nullptr) return false;
-    Py_DECREF(r);
-    return true;
+    // reporter(node_type, aux, root, [is_leaf=...], [key_path=...])
+    Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
+    if (site.path != nullptr && !key_path) return false;
+    PyObject* args[5] = {node_type, aux, site.root};
+    Py_ssize_t nkw = 0;
+    Ref kwnames(PyTuple_New((site.is_leaf != nullptr) + (site.path != nullptr)));
+    if (!kwnames) return false;
+    if (site.is_leaf != nullptr) {
+        PyObject* name = PyUnicode_InternFromString("is_leaf");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = site.is_leaf;
+    }
+    if (site.path != nullptr) {
+        PyObject* name = PyUnicode_InternFromString("key_path");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = key_path.get();
+    }
+    Ref reporter(Py_NewRef(g_reporter));  // the hooks may be replaced while it runs
+    Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
+    return static_cast<bool>(r);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter) {

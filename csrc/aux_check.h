@@ -9,17 +9,28 @@
 
 #include <Python.h>
 
+#include "path_stack.h"
+
 namespace fastree {
 namespace aux {
 
 extern PyObject* g_reporter;  // owned; null until fastree._aux installs the hooks
 
-bool CheckSlow(PyObject* node_type, PyObject* aux, PyObject* root);
+// Where a node being checked sits, for the report: the whole tree, and what the walk knows of
+// the node's place in it. With the key path the reporter names it directly; without, it finds
+// it with one walk of `root` that stops where `is_leaf` (if given) stopped the flatten.
+struct Site {
+    PyObject* root;                    // borrowed: the tree being flattened
+    PyObject* is_leaf = nullptr;       // borrowed or null: the flatten's one-argument is_leaf
+    const PathStack* path = nullptr;   // the walk's key path to the node, if it keeps one
+};
+
+bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site);
 
 // Returns false with a Python error set if the reporter raised (strict mode).
-inline bool Check(PyObject* node_type, PyObject* aux, PyObject* root) {
+inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
     if (g_reporter == nullptr || aux == Py_None) return true;
-    return CheckSlow(node_type, aux, root);
+    return CheckSlow(node_type, aux, site);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter);

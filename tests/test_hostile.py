@@ -688,3 +688,31 @@ def test_differential_fuzz_against_jax():
         assert str(tu.tree_structure(tu.tree_unflatten(ftd, jleaves))) == str(jtd)
         assert ftd.flatten_up_to(tree) == jtd.flatten_up_to(tree)
         assert hash(ftd) == hash(tu.tree_structure(tree))
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. the aux_data reporter is told where the node is
+
+
+def test_aux_report_takes_the_key_path_from_a_walk_that_keeps_one(monkeypatch):
+    import warnings
+
+    import numpy as np
+    from fastree import _aux
+
+    class Holder:
+        def __init__(self, v):
+            self.v = v
+
+    tu.register_pytree_node(Holder, lambda h: ((h.v,), np.zeros(1)), lambda _, c: Holder(*c))
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("the reporter must not walk the tree when the key path is known")
+
+    monkeypatch.setattr(_aux, "_locate", no_walk)
+    _aux._reset_warnings()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        tu.tree_flatten_with_path({"a": [0, Holder(1.0)]})
+    _aux._reset_warnings()
+    assert "Holder node at key path ['a'][1] holds a numpy.ndarray" in str(record[0].message)

@@ -200,6 +200,20 @@ class Flattener {
 
     PyObject* PathTuple() { return path_.NewTuple(); }
 
+    // Where the node being visited sits, for an aux_data report: its key path when this walk
+    // keeps one, else the is_leaf that shaped the walk (a path-taking one cannot be replayed).
+    aux::Site Site() const {
+        aux::Site site{root_};
+        // A one-level walk's path starts at its node, not at the tree being reported on.
+        if (one_level_) return site;
+        if constexpr (kPaths) {
+            site.path = &path_;
+        } else {
+            if (!is_leaf_takes_path_) site.is_leaf = is_leaf_;
+        }
+        return site;
+    }
+
     // ---- built-in containers
 
     bool VisitTuple(PyObject* obj, NodeKind kind, PyObject* type) {
@@ -435,7 +449,7 @@ class Flattener {
         if constexpr (kDef) {
             node_data = Ref(GetAttrs(obj, reg->meta_fields));
             if (!node_data) return false;
-            if (!aux::Check(reg->type, node_data.get(), root_)) return false;
+            if (!aux::Check(reg->type, node_data.get(), Site())) return false;
         }
         const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
         for (Py_ssize_t i = 0; i < n; ++i) {
@@ -479,7 +493,7 @@ class Flattener {
         PyObject* aux;
         if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
         if constexpr (kDef) {  // aux only matters where it enters a treedef
-            if (!aux::Check(reg->type, aux, root_)) return false;
+            if (!aux::Check(reg->type, aux, Site())) return false;
         }
         Py_ssize_t arity = 0;
         bool ok = with_keys ? VisitKeyedChildren(children, result.get(), &arity)

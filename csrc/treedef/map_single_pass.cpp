@@ -150,7 +150,7 @@ class SinglePassMapper {
             RecursionGuard guard(kFlattenRecursionWhere);
             if (!guard.ok()) return nullptr;
             meta = Ref(GetAttrs(obj, reg->meta_fields));
-            if (!meta || !aux::Check(reg->type, meta.get(), root_)) return nullptr;
+            if (!meta || !aux::Check(reg->type, meta.get(), aux::Site{root_})) return nullptr;
             Ref data(GetAttrs(obj, reg->data_fields));
             if (!data) return nullptr;
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(data.get()); ++i) {
@@ -274,7 +274,7 @@ class SinglePassMapper {
             if (!result) return nullptr;
             PyObject* kids;
             if (!SplitFlattenResult(result.get(), /*with_keys=*/false, &kids, &aux) ||
-                !aux::Check(reg->type, aux, root_) || !TakeChildren(kids, result.get(), children)) {
+                !aux::Check(reg->type, aux, aux::Site{root_}) || !TakeChildren(kids, result.get(), children)) {
                 return nullptr;
             }
             if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
