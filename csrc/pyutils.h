@@ -1,4 +1,21 @@
 // Thin CPython helpers shared by the core. Each exists for a reason stated beside it.
+//
+// The core's ownership rules, which these helpers exist to keep:
+//
+// 1. Any of these can run arbitrary Python code: allocating a GC-tracked object (PyList_New,
+//    PyTuple_New, PyDict_New, ... can start the cyclic GC, whose finalizers, weakref callbacks
+//    and gc.callbacks run on 3.10/3.11), hashing or comparing a user object, Py_DECREF (a
+//    finalizer), attribute access, and any callback (is_leaf, flatten/unflatten functions, f).
+//    That code can mutate or free any container reachable from the tree, and another thread can
+//    run while it holds the GIL released.
+// 2. So no borrowed pointer (a list or tuple item of a container someone else can change, a dict
+//    entry, a cache slot, an element of a vector a callback can grow) is used after such a call.
+//    Take a reference first (Ref, PushNewRef), or re-read after the call.
+// 3. Owned references live in RAII holders (Ref, RefVector, RefSmallVector, Items, Scratch),
+//    which release what they still hold when they die, so an error path, or a C++ exception
+//    (std::bad_alloc from a growing vector) unwinding through a walker, leaks nothing. Raw owned
+//    PyObject* is for measured hot loops, with a comment saying why it is safe there.
+// 4. No C++ exception reaches CPython: entry points are wrapped by Guard<F> (MemoryError).
 #pragma once
 
 #include <Python.h>
