@@ -57,8 +57,10 @@ class PointerMap {
     }
 
     void Grow() {
-        std::vector<Slot> old = std::move(slots_);
-        slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
+        // The bigger table is allocated before the old one is given up: if that throws
+        // (std::bad_alloc), the map still holds every entry.
+        std::vector<Slot> old(slots_.empty() ? 64 : slots_.size() * 2, Slot{});
+        old.swap(slots_);
         for (const Slot& slot : old) {
             if (slot.key != nullptr) *Probe(slot.key) = slot;
         }

@@ -115,27 +115,37 @@ const Registration* NamedTupleKind(PyTypeObject* t) {
     return &kTupleSubclass;
 }
 
+// A new permanent record for a type adopted from JAX with these callbacks. The record is owned by
+// `all` before it takes its references, so a C++ exception (std::bad_alloc) leaks nothing.
+const Registration* AddAdopted(PyTypeObject* t, PyObject* flatten, PyObject* unflatten) {
+    State& s = S();
+    s.all.push_back(std::make_unique<Registration>());
+    Registration* reg = s.all.back().get();
+    reg->kind = NodeKind::kCustom;
+    reg->type = Py_NewRef(reinterpret_cast<PyObject*>(t));
+    reg->flatten = Py_NewRef(flatten);
+    reg->unflatten = Py_NewRef(unflatten);
+    reg->from_jax = true;
+    s.registered[t] = reg;
+    return reg;
+}
+
 // A type JAX knows through its Python-side registry: adopt its callbacks as a custom node.
 const Registration* AdoptFromJax(PyTypeObject* t) {
     State& s = S();
     if (s.jax_registry == nullptr) return nullptr;
-    PyObject* entry = PyDict_GetItemWithError(s.jax_registry, reinterpret_cast<PyObject*>(t));
-    if (entry == nullptr) {
+    // The lookup can run Python code (a metaclass's __hash__ or __eq__), which could replace the
+    // registry: both the dict and the entry found in it are held while they are used.
+    Ref registry(Py_NewRef(s.jax_registry));
+    PyObject* found = PyDict_GetItemWithError(registry.get(), reinterpret_cast<PyObject*>(t));
+    if (found == nullptr) {
         PyErr_Clear();
         return nullptr;
     }
+    Ref entry(Py_NewRef(found));
     // _RegistryEntry(to_iter, from_iter) is a namedtuple.
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2) return nullptr;
-    auto reg = std::make_unique<Registration>();
-    reg->kind = NodeKind::kCustom;
-    reg->type = Py_NewRef(reinterpret_cast<PyObject*>(t));
-    reg->flatten = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
-    reg->unflatten = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
-    reg->from_jax = true;
-    const Registration* out = reg.get();
-    s.all.push_back(std::move(reg));
-    s.registered[t] = out;
-    return out;
+    if (!PyTuple_Check(entry.get()) || PyTuple_GET_SIZE(entry.get()) < 2) return nullptr;
+    return AddAdopted(t, PyTuple_GET_ITEM(entry.get(), 0), PyTuple_GET_ITEM(entry.get(), 1));
 }
 
 // A type registered only in jaxlib's C++ registry (default_registry.register_node or
@@ -150,16 +160,7 @@ const Registration* AdoptFromJaxlib(PyTypeObject* t) {
         PyErr_Clear();  // classifying cannot fail: the type stays a leaf, as before
         return nullptr;
     }
-    auto reg = std::make_unique<Registration>();
-    reg->kind = NodeKind::kCustom;
-    reg->type = Py_NewRef(reinterpret_cast<PyObject*>(t));
-    reg->flatten = Py_NewRef(PyTuple_GET_ITEM(answer.get(), 0));
-    reg->unflatten = Py_NewRef(PyTuple_GET_ITEM(answer.get(), 1));
-    reg->from_jax = true;
-    const Registration* out = reg.get();
-    s.all.push_back(std::move(reg));
-    s.registered[t] = out;
-    return out;
+    return AddAdopted(t, PyTuple_GET_ITEM(answer.get(), 0), PyTuple_GET_ITEM(answer.get(), 1));
 }
 
 const Registration* Resolve(PyTypeObject* t) {
@@ -201,19 +202,35 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         s.memo_jax_size = jax_size;
     }
     const Registration* reg;
+    // Released last, after the memo is written (see below).
+    Ref keep_type;
     auto it = s.memo.find(t);
     if (it != s.memo.end()) {
         reg = it->second.reg;
     } else {
+        // Resolve can run Python code (JAX's registry lookup, the jaxlib adopter), which may
+        // reassign the object's __class__ and so drop the last reference to `t`: held until
+        // the memo is written. (If `t` then dies, its weakref callback forgets it again.)
+        keep_type = Ref(Py_NewRef(reinterpret_cast<PyObject*>(t)));
         reg = Resolve(t);
-        PyObject* weakref = WatchType(t);
-        if (weakref == nullptr) {
+        Ref weakref(WatchType(t));
+        if (!weakref) {
             // Not weakly referenceable: answer without memoising (rare; e.g. exotic metaclasses).
             g_memo = Memo{};
             return reg;
         }
-        s.memo.emplace(t, State::MemoEntry{reg, weakref});
-        s.memo_by_weakref.emplace(weakref, t);
+        // The Python code above may have memoised `t` itself (re-entrant classification): the
+        // entry already there stays, with its own weak reference, and ours is dropped.
+        auto [pos, inserted] = s.memo.emplace(t, State::MemoEntry{reg, nullptr});
+        if (inserted) {
+            try {
+                s.memo_by_weakref.emplace(weakref.get(), t);
+            } catch (...) {
+                s.memo.erase(pos);  // no entry without its death callback (a stale answer)
+                throw;
+            }
+            pos->second.weakref = weakref.release();
+        }
     }
     g_memo.type = t;
     g_memo.reg = reg;
@@ -223,11 +240,11 @@ const Registration* ClassifySlow(PyTypeObject* t) {
 
 static Registration* NewRegistration(PyObject* type, NodeKind kind) {
     State& s = S();
-    auto reg = std::make_unique<Registration>();
-    reg->kind = kind;
-    reg->type = Py_NewRef(type);
-    Registration* out = reg.get();
-    s.all.push_back(std::move(reg));
+    // Owned by `all` before it takes a reference: a C++ exception leaks nothing.
+    s.all.push_back(std::make_unique<Registration>());
+    Registration* out = s.all.back().get();
+    out->kind = kind;
+    out->type = Py_NewRef(type);
     // A type adopted from JAX earlier is superseded; the old record stays alive in `all`.
     s.registered[reinterpret_cast<PyTypeObject*>(type)] = out;
     DropMemo();
@@ -275,10 +292,14 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
         return false;
     }
     State& s = S();
-    Py_XSETREF(s.jax_registry, Py_NewRef(jax_registry_dict));
+    // The new values are in place before the old ones are released: releasing runs finalizers
+    // (the old dict's entries), which may flatten and so read g_jax_registry.
+    PyObject* old_registry = s.jax_registry;
+    s.jax_registry = Py_NewRef(jax_registry_dict);
+    g_jax_registry = s.jax_registry;
+    Py_XDECREF(old_registry);
     Py_XSETREF(s.jax_flatten_with_keys, Py_NewRef(jax_flatten_one_level_with_keys));
     Py_XSETREF(s.jax_flatten_one_level, Py_NewRef(jax_flatten_one_level));
-    g_jax_registry = s.jax_registry;
     // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
     PyObject* collections = PyImport_ImportModule("collections");
     if (collections == nullptr) return false;

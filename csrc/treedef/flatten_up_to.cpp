@@ -62,19 +62,20 @@ class PrefixWalker {
         PushNewRef(agenda_, tree);
         const size_t out_begin = out_->size();
         for (Py_ssize_t i = def_.num_nodes() - 1; i >= 0; --i) {
-            PyObject* obj = agenda_.back();
+            // Owned from here on: released on every exit, a C++ exception's included.
+            Ref obj(agenda_.back());
             agenda_.pop_back();
-            const Node& node = def_.nodes[i];
+            const Node& node = def_.nodes[i];  // the treedef is immutable
             if (node.kind == NodeKind::kSharedRef) {  // checked once its target has been seen
-                pending_refs_.push_back({i, obj});
+                pending_refs_.push_back({i, obj.get()});
+                obj.release();  // now owned by pending_refs_
                 continue;
             }
             const Registration* custom = def_.Custom(node);
-            if (custom != nullptr && custom->preserve_identity && !RecordIdentity(i, obj)) {
-                Py_DECREF(obj);
+            if (custom != nullptr && custom->preserve_identity && !RecordIdentity(i, obj.get())) {
                 return false;
             }
-            if (!Step(node, obj)) return false;
+            if (!Step(node, obj.release())) return false;
             if (leaf_children_done_) {
                 // Step emitted the children straight into the output: skip their leaf nodes.
                 leaf_children_done_ = false;
@@ -93,7 +94,8 @@ class PrefixWalker {
         const Py_ssize_t n = node.arity;
         switch (node.kind) {
             case NodeKind::kLeaf:
-                out_->push_back(owned.release());
+                out_->push_back(obj);  // may throw: `owned` still holds the reference
+                owned.release();
                 return true;
             case NodeKind::kNone:
                 if (obj != Py_None) {
@@ -137,6 +139,8 @@ class PrefixWalker {
         return Mismatch(PyExc_SystemError, "fastree: unknown node kind");
     }
 
+    // `items` points into a tuple or list that the caller owns; nothing here runs Python code
+    // (PushNewRef only INCREFs and may grow a C++ vector), so the list cannot change meanwhile.
     void PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
         if (AllChildrenAreLeaves(node)) {
             // Fast path (parameter lists, flat lists): the output is built reversed, so emit
@@ -158,22 +162,18 @@ class PrefixWalker {
             Items found;
             PyObject* const* expected = def_.keys.data() + node.keys_begin;
             for (Count i = 0; i < node.arity; ++i) {
+                // The lookup hashes and compares keys (user code that may change `obj`): each
+                // value is taken as soon as it is found, never read later through the dict.
                 PyObject* value = PyDict_GetItemWithError(obj, expected[i]);
                 if (value == nullptr) break;
-                found.push_back(Item{nullptr, Py_NewRef(value)});
+                found.push_back(Item{nullptr, value});  // may throw: nothing owned yet
+                Py_INCREF(value);
             }
-            if (PyErr_Occurred()) {
-                ReleaseItems(found, 0);
-                return false;
-            }
-            if (static_cast<Count>(found.size()) == node.arity) {
-                if (AllChildrenAreLeaves(node)) {
-                    for (size_t i = found.size(); i-- > 0;) out_->push_back(found[i].value);
-                    leaf_children_done_ = true;
-                } else {
-                    for (size_t i = 0; i < found.size(); ++i) agenda_.push_back(found[i].value);
-                }
-                found.clear();  // the values' references moved
+            if (PyErr_Occurred()) return false;  // `found` releases what it holds
+            // The size is checked again: a key's __eq__ may have added keys during the lookups.
+            if (static_cast<Count>(found.size()) == node.arity &&
+                PyDict_GET_SIZE(obj) == node.arity) {
+                MoveValues(node, found);
                 return true;
             }
             ReleaseItems(found, 0);
@@ -207,15 +207,27 @@ class PrefixWalker {
             ReleaseItems(items, 0);
             return Mismatch(PyExc_ValueError, message);
         }
+        MoveValues(node, items);
+        return true;
+    }
+
+    // Moves the values of a dict node's gathered items (owned) to the output (leaf children)
+    // or the agenda. Each is nulled once moved, so a push that throws (std::bad_alloc) leaves
+    // every reference owned exactly once; `items` releases the rest (the keys) when it dies.
+    void MoveValues(const Node& node, Items& items) {
         if (AllChildrenAreLeaves(node)) {
-            for (size_t i = items.size(); i-- > 0;) out_->push_back(items[i].value);
+            for (size_t i = items.size(); i-- > 0;) {
+                out_->push_back(items[i].value);
+                items[i].value = nullptr;
+            }
             leaf_children_done_ = true;
         } else {
-            for (size_t i = 0; i < items.size(); ++i) agenda_.push_back(items[i].value);
+            for (size_t i = 0; i < items.size(); ++i) {
+                agenda_.push_back(items[i].value);
+                items[i].value = nullptr;
+            }
         }
-        for (size_t i = 0; i < items.size(); ++i) Py_DECREF(items[i].key);  // values moved
-        items.clear();
-        return true;
+        items.Release(0);  // the keys
     }
 
     bool StepNamedTuple(const Node& node, PyObject* obj) {
@@ -251,12 +263,9 @@ class PrefixWalker {
             return StepCustomCallback(node, obj, reg);
         }
         TreeDef one;
-        std::vector<PyObject*> children;
-        if (!FlattenOneLevel(obj, &one, &children, nullptr)) {
-            DecrefAll(children);
-            return false;
-        }
-        const Node& got = one.nodes.back();
+        RefVector children;  // owned until moved to the agenda; released on every other exit
+        if (!FlattenOneLevel(obj, &one, &children, nullptr)) return false;
+        const Node& got = one.nodes.back();  // `one` is ours: the user code below cannot touch it
         int ne = PyObject_RichCompareBool(def_.Data(node), one.Data(got), Py_NE);
         if (ne < 0) {
             DecrefAll(children);
@@ -277,7 +286,10 @@ class PrefixWalker {
                                               std::to_string(node.arity) + "; value: " +
                                               Repr(obj) + ".");
         }
-        for (PyObject* child : children) agenda_.push_back(child);  // ownership moves
+        for (PyObject*& child : children) {  // ownership moves, one by one (see MoveValues)
+            agenda_.push_back(child);
+            child = nullptr;
+        }
         children.clear();
         return true;
     }

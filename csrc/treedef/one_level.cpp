@@ -60,10 +60,15 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
         // A type only JAX knows: JAX's registry answers (its dataclass kind, for one, gives
         // children as a list where its registered Python flatten gives a tuple).
         if (reg->from_jax) {
+            // Held for the call: re-installing the JAX bridge replaces (and frees) the old one.
             PyObject* jax_fn =
                 with_keys ? registry::JaxFlattenWithKeys() : registry::JaxFlattenOneLevel();
-            if (jax_fn != nullptr) return PyObject_CallOneArg(jax_fn, tree);
+            if (jax_fn != nullptr) {
+                Ref held(Py_NewRef(jax_fn));
+                return PyObject_CallOneArg(held.get(), tree);
+            }
         }
+        // A registration's callbacks are never replaced or freed (registry.h): no hold needed.
         PyObject* fn = with_keys ? reg->flatten_with_keys : reg->flatten;
         if (fn != nullptr) return CustomOneLevel(fn, tree, with_keys);
     }

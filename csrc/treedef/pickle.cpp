@@ -51,10 +51,12 @@ PyObject* FromState(PyObject* state) {
         PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef pickle state.");
         return nullptr;
     }
-    long version = PyLong_AsLong(PyTuple_GET_ITEM(state, 0));
+    int overflow = 0;
+    long version = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(state, 0), &overflow);
     if (version != kPickleVersion) {
         if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError, "Unsupported PyTreeDef pickle version %ld.", version);
+            PyErr_Format(PyExc_ValueError, "Unsupported PyTreeDef pickle version %R.",
+                         PyTuple_GET_ITEM(state, 0));
         }
         return nullptr;
     }

@@ -6,6 +6,7 @@
 #include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
+#include "unflatten_with.h"
 
 namespace fastree {
 namespace {
@@ -159,7 +160,11 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
         child -= def->nodes[child].num_nodes;
     }
     node.num_nodes += 1;
-    if (HasPayload(node.kind)) node.payload = def->AddPayload(Py_NewRef(payload_data), payload_custom);
+    if (HasPayload(node.kind)) {
+        // Stored first, referenced once stored: a push that throws leaks nothing.
+        node.payload = def->AddPayload(payload_data, payload_custom);
+        Py_INCREF(payload_data);
+    }
     def->nodes.push_back(node);
     return true;
 }
@@ -255,74 +260,65 @@ PyObject* FromNodeDataAndChildren(PyObject* node_data, PyObject* children) {
 }
 
 PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject* leaves) {
-    Ref seq(PySequence_Tuple(leaves));
+    Ref seq(PySequence_Tuple(leaves));  // a tuple of our own: callbacks cannot change it
     if (!seq) return nullptr;
     if (!CheckLeafCount(def, PyTuple_GET_SIZE(seq.get()))) return nullptr;
+    // Both owned and released however the walk ends (error, or a C++ exception unwinding).
     RefVector stack;
-    std::unordered_map<Py_ssize_t, PyObject*> shared;  // owned: results of shared nodes
-    auto release = [&] {
-        DecrefAll(stack);
-        for (auto& entry : shared) Py_DECREF(entry.second);
-    };
+    SharedObjects shared;  // results of shared nodes
     Py_ssize_t next = 0;
     for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
-        const Node& node = def.nodes[index];
+        const Node& node = def.nodes[index];  // the treedef is immutable
         PyObject* value;
         if (node.kind == NodeKind::kSharedRef) {
             // A repeated node folds to the very value of its first occurrence.
-            auto it = shared.find(node.ref);
-            value = it != shared.end() ? Py_NewRef(it->second) : nullptr;
+            PyObject* target = shared.Find(node.ref);
+            value = target != nullptr ? Py_NewRef(target) : nullptr;
             if (value == nullptr) PyErr_SetString(PyExc_ValueError, "dangling shared reference");
         } else if (node.kind == NodeKind::kLeaf) {
             PyObject* leaf = PyTuple_GET_ITEM(seq.get(), next++);
             value = f_leaf ? PyObject_CallOneArg(f_leaf, leaf) : Py_NewRef(leaf);
         } else {
-            PyObject* children = PyTuple_New(node.arity);
-            if (children == nullptr) {
-                release();
-                return nullptr;
-            }
+            // Allocated before the children leave the stack: the GC this can run sees them owned.
+            Ref children(PyTuple_New(node.arity));
+            if (!children) return nullptr;
             for (Py_ssize_t k = 0; k < node.arity; ++k) {
-                PyTuple_SET_ITEM(children, k, stack[stack.size() - node.arity + k]);
+                PyTuple_SET_ITEM(children.get(), k, stack[stack.size() - node.arity + k]);
             }
-            stack.resize(stack.size() - node.arity);
-            PyObject* data = DataPart(def, node);
-            PyObject* args[2] = {children, data};
-            value = data ? PyObject_Vectorcall(f_node, args, 2, nullptr) : nullptr;
-            Py_DECREF(children);
-            Py_XDECREF(data);
+            stack.resize(stack.size() - node.arity);  // their references moved into `children`
+            Ref data(DataPart(def, node));
+            if (!data) return nullptr;
+            PyObject* args[2] = {children.get(), data.get()};
+            value = PyObject_Vectorcall(f_node, args, 2, nullptr);
         }
-        if (value == nullptr) {
-            release();
-            return nullptr;
-        }
-        if (node.shared_target) shared[index] = Py_NewRef(value);
-        stack.push_back(value);
+        if (value == nullptr) return nullptr;
+        PushOwned(stack, value);
+        if (node.shared_target) shared.Add(index, value);
     }
-    PyObject* out = stack.empty() ? Py_NewRef(Py_None) : stack.back();
-    stack.clear();
-    release();
+    if (stack.empty()) return Py_NewRef(Py_None);
+    PyObject* out = stack.back();
+    stack.pop_back();  // `out`'s reference is returned; anything left is released
     return out;
 }
 
 // Rebuilds this structure from a tree of iterables: each node's children are read by iterating
 // the object at that position.
-using SharedBuilt = std::unordered_map<Py_ssize_t, PyObject*>;  // owned objects of shared nodes
-
 static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* obj,
-                              SharedBuilt* shared) {
+                              SharedObjects* shared) {
     const Node& node = def.nodes[index];
     if (node.kind == NodeKind::kLeaf) return Py_NewRef(obj);
     if (node.kind == NodeKind::kSharedRef) {  // the object built at the first occurrence
-        auto it = shared->find(node.ref);
-        if (it == shared->end()) {
+        PyObject* target = shared->Find(node.ref);
+        if (target == nullptr) {
             PyErr_SetString(PyExc_ValueError, "dangling shared reference");
             return nullptr;
         }
-        return Py_NewRef(it->second);
+        return Py_NewRef(target);
     }
     RecursionGuard guard(" in PyTreeDef.from_iterable_tree");
     if (!guard.ok()) return nullptr;
+    // A tuple of our own: the children stay alive whatever the iteration or a callback below
+    // does to `obj`.
     Ref items(PySequence_Tuple(obj));
     if (!items) return nullptr;
     if (PyTuple_GET_SIZE(items.get()) != node.arity) {
@@ -331,27 +327,23 @@ static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* ob
     }
     std::vector<Py_ssize_t> roots;
     def.ChildRoots(index, &roots);
-    std::vector<PyObject*> children;
+    RefVector children;  // owned until BuildNode consumes them
     children.reserve(roots.size());
     for (size_t k = 0; k < roots.size(); ++k) {
         PyObject* child = FromIterable(def, roots[k], PyTuple_GET_ITEM(items.get(), k), shared);
-        if (child == nullptr) {
-            DecrefAll(children);
-            return nullptr;
-        }
-        children.push_back(child);
+        if (child == nullptr) return nullptr;
+        children.push_back(child);  // (reserved: cannot throw)
     }
-    PyObject* built = BuildNode(def, node, children.data());
-    if (built != nullptr && node.shared_target) (*shared)[index] = Py_NewRef(built);
-    return built;
+    Ref built(BuildNode(def, node, children.data()));
+    children.clear();  // consumed by BuildNode, success or not
+    if (built && node.shared_target) shared->Add(index, built.get());
+    return built.release();
 }
 
 PyObject* FromIterableTree(const TreeDef& def, PyObject* obj) {
     if (def.nodes.empty()) return Py_NewRef(Py_None);
-    SharedBuilt shared;
-    PyObject* out = FromIterable(def, def.num_nodes() - 1, obj, &shared);
-    for (auto& entry : shared) Py_DECREF(entry.second);
-    return out;
+    SharedObjects shared;
+    return FromIterable(def, def.num_nodes() - 1, obj, &shared);
 }
 
 }  // namespace fastree

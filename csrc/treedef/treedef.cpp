@@ -58,7 +58,10 @@ void TreeDef::AppendCopy(const TreeDef& src, const Node& node) {
         }
     } else if (HasPayload(node.kind)) {
         const NodePayload& payload = src.payloads[node.payload];
-        copy.payload = AddPayload(Py_XNewRef(payload.data), payload.custom);
+        // Stored first, referenced once stored (as PushNewRef): a push that throws
+        // (std::bad_alloc) leaks nothing.
+        copy.payload = AddPayload(payload.data, payload.custom);
+        Py_XINCREF(payload.data);
     }
     nodes.push_back(copy);
 }

@@ -144,7 +144,9 @@ PyObject* MToJax(PyObject* self, PyObject*) {
         PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
         return nullptr;
     }
-    return PyObject_CallOneArg(g_to_jax_hook, self);
+    // Held for the call: the hook may be replaced (and the old one freed) while it runs.
+    Ref hook(Py_NewRef(g_to_jax_hook));
+    return PyObject_CallOneArg(hook.get(), self);
 }
 
 // A METH_FASTCALL | METH_KEYWORDS function, exception-guarded, as a PyCFunction.

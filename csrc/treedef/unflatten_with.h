@@ -29,19 +29,62 @@ inline PyObject* BuildDict(PyObject* const* keys, PyObject** children, Py_ssize_
     return nullptr;
 }
 
+// Appends `obj`, an owned reference, to `vec`. If growing the vector throws (std::bad_alloc),
+// the reference is released before the exception goes on: the caller never holds it unowned.
+// (A try block costs nothing on the path that does not throw.)
+template <class Vec>
+inline void PushOwned(Vec& vec, PyObject* obj) {
+    try {
+        vec.push_back(obj);
+    } catch (...) {
+        Py_DECREF(obj);
+        throw;
+    }
+}
+
+// The objects built for identity-preserving nodes during one rebuild (unflatten, walk,
+// from_iterable_tree), by node index: a later kSharedRef node repeats them. Owned: a parent's
+// unflatten function need not keep its children alive, and a later reference still needs them.
+// Released when the map dies, on success, on error and when a C++ exception unwinds.
+class SharedObjects {
+ public:
+    SharedObjects() = default;
+    SharedObjects(const SharedObjects&) = delete;
+    SharedObjects& operator=(const SharedObjects&) = delete;
+    ~SharedObjects() { Release(); }
+
+    // The object built at node `index` (borrowed: the caller takes its own reference before
+    // anything can run Python code), or null.
+    PyObject* Find(Py_ssize_t index) const {
+        auto it = map_.find(index);
+        return it == map_.end() ? nullptr : it->second;
+    }
+    // Remembers `obj` (a new reference is taken) as the object built at node `index`. The
+    // reference is taken once the slot exists, so a throwing insertion leaks nothing.
+    void Add(Py_ssize_t index, PyObject* obj) {
+        PyObject*& slot = map_[index];
+        Py_INCREF(obj);
+        Py_XSETREF(slot, obj);
+    }
+    void Release() {
+        // Moved out first: a finalizer run by a DECREF must not find a half-released map.
+        std::unordered_map<Py_ssize_t, PyObject*> old;
+        old.swap(map_);
+        for (auto& entry : old) Py_DECREF(entry.second);
+    }
+
+ private:
+    std::unordered_map<Py_ssize_t, PyObject*> map_;
+};
+
 // `leaf(i)` returns a new reference to leaf i, or null with a Python error set.
 template <class LeafSource>
 PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
     // Value stack of owned references; a node pops its `arity` children off the top.
     ScratchVector stack_buf;
     std::vector<PyObject*>& stack = stack_buf.get();
-    // Identity-preserving objects built so far, by node index. Owned: a parent's unflatten
-    // function need not keep its children alive, and a later reference still needs them.
-    std::unordered_map<Py_ssize_t, PyObject*> shared;
-    auto release_shared = [&shared] {
-        for (auto& entry : shared) Py_DECREF(entry.second);
-        shared.clear();
-    };
+    // Identity-preserving objects built so far, by node index (owned).
+    SharedObjects shared;
     Py_ssize_t next_leaf = 0;
     const Node* const nodes = def.nodes.data();
     const Py_ssize_t num_nodes = def.num_nodes();
@@ -51,16 +94,19 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
         if (node.kind == NodeKind::kLeaf) {
             built = leaf(next_leaf++);
         } else if (node.kind == NodeKind::kDict) {
+            // `children` points into `stack` across Python code (key hashes, unflatten
+            // functions): safe, as only this loop touches `stack` (a re-entrant unflatten has a
+            // pooled stack of its own), and nothing throws before the resize that follows.
             PyObject** children = stack.data() + (stack.size() - node.arity);
             built = BuildDict(def.keys.data() + node.keys_begin, children, node.arity);
             stack.resize(stack.size() - node.arity);
         } else if (node.kind == NodeKind::kSharedRef) {
-            auto it = shared.find(node.ref);
-            if (it == shared.end()) {
+            PyObject* target = shared.Find(node.ref);
+            if (target == nullptr) {
                 PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (dangling reference)");
                 built = nullptr;
             } else {
-                built = Py_NewRef(it->second);
+                built = Py_NewRef(target);
             }
         } else {
             PyObject** children = stack.data() + (stack.size() - node.arity);
@@ -69,13 +115,12 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
         }
         if (built == nullptr) {
             DecrefAll(stack);
-            release_shared();
-            return nullptr;
+            return nullptr;  // `shared` releases its objects
         }
-        if (node.shared_target) shared[index] = Py_NewRef(built);
-        stack.push_back(built);
+        PushOwned(stack, built);  // (a throw releases `built`; the pool releases the stack)
+        if (node.shared_target) shared.Add(index, built);
     }
-    release_shared();
+    shared.Release();
     if (stack.size() != 1) {
         DecrefAll(stack);
         PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (unbalanced node stack)");
