@@ -5,14 +5,14 @@ import inspect
 import subprocess
 import sys
 
-import jax.tree as jt
-import jax.tree_util as jtu
 import pytest
 from helpers import requires_jax
 
 import fastree
 import fastree.tree as ft
 import fastree.tree_util as tu
+from fastree._jax_compat import tree as jt  # JAX's own objects, also with fastree installed
+from fastree._jax_compat import tree_util as jtu
 
 JAX_TREE_UTIL_NAMES = sorted(n for n in dir(jtu) if not n.startswith("_"))
 JAX_TREE_NAMES = sorted(n for n in dir(jt) if not n.startswith("_"))

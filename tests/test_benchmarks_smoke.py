@@ -471,6 +471,7 @@ def test_run_takes_fastree_out_of_jax_first() -> None:
         pytest.skip("this fastree has no install()")
     from benchmarks.runner import _take_fastree_out_of_jax
 
+    fastree.uninstall()  # the suite may run installed (.ci/run); conftest.py restores that after
     assert _take_fastree_out_of_jax() is None
     fastree.install()
     try:

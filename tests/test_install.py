@@ -276,38 +276,36 @@ def _register_all(module):
     ]
 
 
-def _fastree_leaves_without_jax_registry(obj):
-    from jax._src import tree_util as jax_internal
+@pytest.fixture
+def native_registrations(monkeypatch):
+    """The types registered with fastree's core itself (not adopted later from JAX's registry)."""
+    from fastree import _core
 
-    node = obj[1] if isinstance(obj, list) else obj  # the register_static case
-    entry = jax_internal._registry.pop(type(node))
-    try:
-        return tu.tree_leaves(obj)
-    finally:
-        jax_internal._registry[type(node)] = entry
+    seen = []
+    for name in ("register_node", "register_dataclass_node"):
+        original = getattr(_core, name)
 
+        def spy(nodetype, *args, _original=original):
+            seen.append(nodetype)
+            return _original(nodetype, *args)
 
-def test_a_type_only_jax_knows_is_not_native_to_fastree():
-    # The check above is real: without install, JAX's registration leaves fastree to find the
-    # type through JAX's registry, which _fastree_leaves_without_jax_registry hides.
-    class OnlyJax:
-        pass
-
-    JTU.register_pytree_node(OnlyJax, lambda o: ((1.0, 2.0), None), lambda *_: OnlyJax())
-    assert len(_fastree_leaves_without_jax_registry(OnlyJax())) == 1
+        monkeypatch.setattr(_core, name, spy)
+    return seen
 
 
 @pytest.mark.parametrize("through", ["jax.tree_util", "fastree.tree_util"])
-def test_registration_after_install_reaches_jax_and_fastree(through):
+def test_registration_after_install_reaches_jax_and_fastree(through, native_registrations):
     fastree.install()
     module = JTU if through == "jax.tree_util" else tu
-    for obj in _register_all(module):
+    objects = _register_all(module)
+    # fastree's core registered each type itself (natively, not adopted from JAX on first use).
+    assert native_registrations == [type(o[1] if isinstance(o, list) else o) for o in objects]
+    for obj in objects:
         # JAX's own functions (not routed, or taken from before install) see a node...
         assert ORIG_TU.tree_leaves(obj) == [1.0, 2.0]
         assert ORIG_TU.tree_structure(obj).num_nodes > 1
-        # ...so do fastree's, natively: the type is in fastree's own registry (not only found
-        # through JAX's, which is hidden here).
-        assert _fastree_leaves_without_jax_registry(obj) == [1.0, 2.0] == JTU.tree_leaves(obj)
+        # ...so do fastree's.
+        assert tu.tree_leaves(obj) == [1.0, 2.0] == JTU.tree_leaves(obj)
         doubled = JT.map(lambda x: x * 2, obj)
         assert ORIG_TU.tree_leaves(doubled) == [2.0, 4.0]
         out = jax.jit(lambda t: JT.map(lambda x: x + 1, t))(obj)
@@ -315,6 +313,12 @@ def test_registration_after_install_reaches_jax_and_fastree(through):
         assert ORIG_TU.tree_structure(out) == ORIG_TU.tree_structure(obj)
         paths = [JTU.keystr(p) for p, _ in JTU.tree_leaves_with_path(obj)]
         assert paths == [JTU.keystr(p) for p, _ in ORIG_TU.tree_leaves_with_path(obj)]
+
+
+def test_without_install_jax_registration_is_not_native(native_registrations):
+    (obj, *_) = _register_all(JTU)
+    assert native_registrations == []
+    assert tu.tree_leaves(obj) == [1.0, 2.0]  # fastree adopts the type from JAX's registry
 
 
 def test_registered_before_install_stays_registered_after_uninstall():
