@@ -66,8 +66,19 @@ def flax_suite(workdir: Path, max_files: int | None) -> Suite:
     sdist_root = workdir / f"flax-{version}"
     if not (sdist_root / "tests" / "nnx").is_dir():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
-             f"flax=={version}", "-d", str(workdir)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                f"flax=={version}",
+                "-d",
+                str(workdir),
+            ],
             check=True,
         )
         with tarfile.open(workdir / f"flax-{version}.tar.gz") as archive:
@@ -88,8 +99,18 @@ SUITES = {"optax": optax_suite, "flax": flax_suite}
 def run_suite(suite: Suite, mode: str, report: Path, pytest_args: list[str], log: Path) -> float:
     launcher = ["-m", "fastree.run"] if mode == "installed" else []
     command = [
-        sys.executable, *launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-        "--continue-on-collection-errors", f"--junitxml={report}", *suite.extra_args, *pytest_args, *suite.paths,
+        sys.executable,
+        *launcher,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        f"--junitxml={report}",
+        *suite.extra_args,
+        *pytest_args,
+        *suite.paths,
     ]
     env = {k: v for k, v in os.environ.items() if k != "FASTREE_INSTALL"}
     env.setdefault("SKBUILD_EDITABLE_VERBOSE", "0")
@@ -148,8 +169,12 @@ def compare(name: str, results: dict[str, dict[str, Outcome]], times: dict[str, 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--project", action="append", choices=sorted(SUITES))
-    parser.add_argument("--mode", action="append", choices=MODES,
-                        help="run only these modes (the comparison needs both)")
+    parser.add_argument(
+        "--mode",
+        action="append",
+        choices=MODES,
+        help="run only these modes (the comparison needs both)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep downloads and reports here")
     parser.add_argument("--max-files", type=int, help="only the first N test files (a smoke run)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")

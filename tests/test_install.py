@@ -95,9 +95,21 @@ def test_install_routes_exactly_the_listed_names_and_uninstall_restores_the_obje
 
 def test_treedef_functions_stay_jax():
     fastree.install()
-    for name in ("PyTreeDef", "default_registry", "tree_flatten", "tree_structure",
-                 "tree_unflatten", "tree_flatten_with_path", "tree_transpose", "treedef_tuple",
-                 "treedef_children", "treedef_is_leaf", "keystr", "DictKey", "Partial"):
+    for name in (
+        "PyTreeDef",
+        "default_registry",
+        "tree_flatten",
+        "tree_structure",
+        "tree_unflatten",
+        "tree_flatten_with_path",
+        "tree_transpose",
+        "treedef_tuple",
+        "treedef_children",
+        "treedef_is_leaf",
+        "keystr",
+        "DictKey",
+        "Partial",
+    ):
         assert getattr(JTU, name) is getattr(ORIG_TU, name), name
     for name in ("flatten", "structure", "unflatten", "flatten_with_path", "transpose", "static"):
         assert getattr(JT, name) is getattr(ORIG_T, name), name
@@ -115,10 +127,9 @@ def test_install_and_uninstall_are_idempotent():
 
 
 def test_installed_block_restores_on_exception():
-    with pytest.raises(KeyError, match="boom"):
-        with fastree.installed():
-            assert JT.map is ft.map
-            raise KeyError("boom")
+    with pytest.raises(KeyError, match="boom"), fastree.installed():
+        assert JT.map is ft.map
+        raise KeyError("boom")
     assert JT.map is ORIG_T.map and JTU.tree_leaves is ORIG_TU.tree_leaves
     assert fastree.installed_functions() == {}
 
@@ -152,7 +163,10 @@ def test_original_names_jax_objects():
 
 def test_uninstall_keeps_a_later_patch_by_someone_else():
     fastree.install()
-    theirs = lambda *a, **k: "theirs"  # noqa: E731
+
+    def theirs(*args, **kwargs):
+        return "theirs"
+
     JTU.tree_leaves = theirs
     try:
         fastree.uninstall()
@@ -254,9 +268,7 @@ def _new_classes():
 
 def _register_all(module):
     ViaNode, ViaKeys, ViaDataclass, ViaStatic, ViaClass, ViaKeysClass = _new_classes()
-    module.register_pytree_node(
-        ViaNode, lambda n: ((n.a, n.b), None), lambda _, c: ViaNode(*c)
-    )
+    module.register_pytree_node(ViaNode, lambda n: ((n.a, n.b), None), lambda _, c: ViaNode(*c))
     module.register_pytree_with_keys(
         ViaKeys,
         lambda n: (((JTU.GetAttrKey("a"), n.a), (JTU.GetAttrKey("b"), n.b)), None),
@@ -308,7 +320,7 @@ def test_registration_after_install_reaches_jax_and_fastree(through, native_regi
         assert tu.tree_leaves(obj) == [1.0, 2.0] == JTU.tree_leaves(obj)
         doubled = JT.map(lambda x: x * 2, obj)
         assert ORIG_TU.tree_leaves(doubled) == [2.0, 4.0]
-        out = jax.jit(lambda t: JT.map(lambda x: x + 1, t))(obj)
+        out = jax.jit(lambda t: JT.map(lambda leaf: leaf + 1, t))(obj)
         assert [float(x) for x in ORIG_TU.tree_leaves(out)] == [2.0, 3.0]
         assert ORIG_TU.tree_structure(out) == ORIG_TU.tree_structure(obj)
         paths = [JTU.keystr(p) for p, _ in JTU.tree_leaves_with_path(obj)]
@@ -365,7 +377,9 @@ def test_no_recursion_anywhere_when_installed():
         class ViaRegistry:
             pass
 
-        tu.default_registry.register_node(ViaRegistry, lambda _: ((), None), lambda *_: ViaRegistry())
+        tu.default_registry.register_node(
+            ViaRegistry, lambda _: ((), None), lambda *_: ViaRegistry()
+        )
         assert fastree.jit(lambda a, b: {"s": a + b})(1.0, 2.0)["s"] == 3.0
         assert fastree.structure_diff({"a": 1}, {"a": 1}) == []
         assert JTU.tree_reduce(lambda a, b: a + b, [1, 2]) == 3
@@ -455,7 +469,11 @@ def _run(args, env=None, cwd=None):
     full_env = {k: v for k, v in os.environ.items() if k != "FASTREE_INSTALL"}
     full_env.update({"SKBUILD_EDITABLE_VERBOSE": "0", **(env or {})})
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=300, env=full_env,
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=full_env,
         cwd=cwd,
     )
 
@@ -530,7 +548,7 @@ def _plain_and_installed(fn):
 
 def _assert_close_trees(a, b):
     assert ORIG_TU.tree_structure(a) == ORIG_TU.tree_structure(b)
-    for x, y in zip(ORIG_TU.tree_leaves(a), ORIG_TU.tree_leaves(b)):
+    for x, y in zip(ORIG_TU.tree_leaves(a), ORIG_TU.tree_leaves(b), strict=True):
         if isinstance(x, (jax.Array, np.ndarray, float)):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
         else:
@@ -574,8 +592,14 @@ def test_equinox_module_installed_matches_plain():
         params, static = eqx.partition(model, eqx.is_array)
         combined = eqx.combine(params, static)
         mlp = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.PRNGKey(0))
-        return (out, grads.w, len(children), combined.name, mlp(jnp.arange(3.0)),
-                eqx.tree_equal(model, combined))
+        return (
+            out,
+            grads.w,
+            len(children),
+            combined.name,
+            mlp(jnp.arange(3.0)),
+            eqx.tree_equal(model, combined),
+        )
 
     plain, routed = _plain_and_installed(run)
     _assert_close_trees(plain, routed)

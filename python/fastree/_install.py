@@ -208,4 +208,3 @@ def original(qualname: str) -> Any:
     if module not in _ORIGINALS or not hasattr(_ORIGINALS[module], name):
         raise AttributeError(f"{qualname!r} is not a public name of jax.tree_util or jax.tree")
     return getattr(_ORIGINALS[module], name)
-
