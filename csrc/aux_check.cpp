@@ -43,7 +43,8 @@ Walk Classify(PyObject* value) {
     if (it != verdicts.end()) return it->second ? Walk::kPlain : Walk::kReport;
     if (g_classify == nullptr) return Walk::kReport;
     PyObject* args[2] = {reinterpret_cast<PyObject*>(t), value};
-    PyObject* r = PyObject_Vectorcall(g_classify, args, 2, nullptr);
+    Ref classify(Py_NewRef(g_classify));  // the hooks may be replaced while it runs
+    PyObject* r = PyObject_Vectorcall(classify.get(), args, 2, nullptr);
     if (r == nullptr) return Walk::kError;
     int plain = PyObject_IsTrue(r);
     Py_DECREF(r);

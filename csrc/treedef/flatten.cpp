@@ -487,7 +487,10 @@ class Flattener {
             fn = reg->flatten_with_keys;
             with_keys = true;
         }
-        Ref result(PyObject_CallOneArg(fn, obj));
+        // Held for the call: JAX's functions are module globals that re-installing the bridge
+        // (Python code, which the call itself can run) would release.
+        Ref held_fn(Py_NewRef(fn));
+        Ref result(PyObject_CallOneArg(held_fn.get(), obj));
         if (!result) return false;
         PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
         PyObject* aux;
