@@ -108,6 +108,8 @@ def run_suite(suite: Suite, mode: str, report: Path, pytest_args: list[str], log
         "no:cacheprovider",
         "--continue-on-collection-errors",
         f"--junitxml={report}",
+        "-o",
+        "junit_family=xunit1",  # testcases carry their file: class names repeat across files
         *suite.extra_args,
         *pytest_args,
         *suite.paths,
@@ -120,18 +122,41 @@ def run_suite(suite: Suite, mode: str, report: Path, pytest_args: list[str], log
     return time.perf_counter() - start
 
 
+_PROBE = (
+    "import jax, fastree\n"
+    "assert jax.tree.map is fastree.tree.map, 'python -m fastree.run did not install'\n"
+    "print(len(fastree.installed_functions()))\n"
+)
+
+
+def check_installed_mode(workdir: Path) -> int:
+    """How many functions ``python -m fastree.run`` routes (fails loudly if it routes none)."""
+    probe = workdir / "installed_probe.py"
+    probe.write_text(_PROBE)
+    out = subprocess.run(
+        [sys.executable, "-m", "fastree.run", str(probe)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "FASTREE_INSTALL"},
+    )
+    return int(out.stdout.split()[-1])
+
+
 def parse_junit(report: Path) -> dict[str, Outcome]:
     outcomes: dict[str, Outcome] = {}
     if not report.exists():
         return outcomes
     for case in ET.parse(report).getroot().iter("testcase"):
-        test_id = f"{case.get('classname')}::{case.get('name')}"
+        test_id = f"{case.get('file')}::{case.get('classname')}::{case.get('name')}"
         status, message = "passed", ""
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 status = {"failure": "failed"}.get(child.tag, child.tag)
                 message = (child.get("message") or "") + "\n" + (child.text or "")
                 break
+        if test_id in outcomes:  # never merge two tests into one entry
+            raise ValueError(f"{report}: test id {test_id} appears twice")
         outcomes[test_id] = Outcome(status, message.strip())
     return outcomes
 
@@ -186,6 +211,8 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     pytest_args = list(args.pytest_args) + (["-k", args.keyword] if args.keyword else [])
     print(f"workdir: {workdir}")
+    if "installed" in modes:
+        print(f"python -m fastree.run routes {check_installed_mode(workdir)} functions")
     differing = 0
     for name in projects:
         suite = SUITES[name](workdir, args.max_files)
