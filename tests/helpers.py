@@ -491,3 +491,39 @@ def run_script_results(script: str) -> tuple[dict[str, str], subprocess.Complete
     )
     results = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     return results, proc
+
+
+# ------------------------------------------------------------------------------------------------
+# out-of-memory sweeps (child-process scripts)
+
+
+def rlimit_sweep_source(headrooms_mib: tuple[int, ...], calls: int) -> str:
+    """The tail of a child script that runs ``op()`` under ``RLIMIT_AS`` at each headroom.
+
+    The script before it defines ``op`` (warmed once), ``leaf_objects`` and ``before`` (their
+    refcounts). Prints ``failures=N`` (how many headrooms ended in MemoryError) and
+    ``leaked=[...]`` (refcount changes of ``leaf_objects``, at most five).
+    """
+    return f"""
+def vm_bytes():
+    return int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+
+failures = 0
+for headroom_mib in {headrooms_mib!r}:
+    hold = []
+    resource.setrlimit(
+        resource.RLIMIT_AS, (vm_bytes() + (headroom_mib << 20), resource.RLIM_INFINITY)
+    )
+    try:
+        for _ in range({calls}):
+            hold.append(op())
+    except MemoryError:
+        failures += 1
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    hold = None
+    gc.collect()
+after = [sys.getrefcount(x) for x in leaf_objects]
+print("failures=%d" % failures)
+print("leaked=%r" % ([a - b for a, b in zip(after, before) if a != b][:5],))
+"""

@@ -22,7 +22,7 @@ import textwrap
 import fastree.tree_util as tu
 import pytest
 from fastree import _core
-from helpers import run_script_results
+from helpers import rlimit_sweep_source, run_script_results
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,7 +30,9 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 def run_child(code: str) -> dict[str, str]:
     """Runs `code` in a fresh interpreter; asserts it exits 0; returns its name=value lines."""
     results, proc = run_script_results(textwrap.dedent(code))
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return results
 
 
@@ -491,10 +493,12 @@ def _exercise_walk_and_from_iterable(td, leaves, marker):
         raise AssertionError("walk")
     # from_iterable_tree failing at every depth (arity mismatch, not iterable, too short)
     _expect_error((ValueError, TypeError), td.from_iterable_tree, [leaves[0]])
-    _expect_error((ValueError, TypeError), td.from_iterable_tree,
-                  [[leaves[0]], [None, leaves[1]], 5])
-    _expect_error((ValueError, TypeError), td.from_iterable_tree,
-                  [[leaves[0]], [None, leaves[1]], [None]])
+    _expect_error(
+        (ValueError, TypeError), td.from_iterable_tree, [[leaves[0]], [None, leaves[1]], 5]
+    )
+    _expect_error(
+        (ValueError, TypeError), td.from_iterable_tree, [[leaves[0]], [None, leaves[1]], [None]]
+    )
     rebuilt = td.from_iterable_tree([[leaves[0]], [None, leaves[1]], [None, leaves[2]]])
     if not (rebuilt[0] is rebuilt[1]["x"] is rebuilt[2][0] and rebuilt[0].v is leaves[0]):
         raise AssertionError("from_iterable_tree lost the sharing")
@@ -610,25 +614,6 @@ op()
 gc.collect()
 before = [sys.getrefcount(x) for x in leaf_objects]
 
-def vm_bytes():
-    return int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
-
-failures = 0
-for headroom_mib in (1, 2, 4, 8, 16, 32):
-    hold = []
-    resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (headroom_mib << 20), resource.RLIM_INFINITY))
-    try:
-        for _ in range(100):
-            hold.append(op())
-    except MemoryError:
-        failures += 1
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    hold = None
-    gc.collect()
-after = [sys.getrefcount(x) for x in leaf_objects]
-print("failures=%d" % failures)
-print("leaked=%r" % ([a - b for a, b in zip(after, before) if a != b][:5],))
 """
 
 
@@ -638,11 +623,21 @@ print("leaked=%r" % ([a - b for a, b in zip(after, before) if a != b][:5],))
 )
 @pytest.mark.parametrize(
     "op",
-    ["walk", "from_iterable_tree", "unflatten", "flatten_up_to", "compose", "children",
-     "pickle", "repr"],
+    [
+        "walk",
+        "from_iterable_tree",
+        "unflatten",
+        "flatten_up_to",
+        "compose",
+        "children",
+        "pickle",
+        "repr",
+    ],
 )
 def test_treedef_methods_out_of_memory_leak_nothing(op):
-    results, proc = run_script_results(OOM_METHODS.format(op=op))
+    results, proc = run_script_results(
+        OOM_METHODS.format(op=op) + rlimit_sweep_source((1, 2, 4, 8, 16, 32), calls=100)
+    )
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-3000:]}"
     assert results["leaked"] == "[]"
 

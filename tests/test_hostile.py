@@ -28,7 +28,7 @@ import fastree.tree_util as tu
 import jax
 import jax.tree_util as jtu
 import pytest
-from helpers import capture, run_script_results, used_recursion_depth
+from helpers import capture, rlimit_sweep_source, run_script_results, used_recursion_depth
 
 JAX_0_7 = hasattr(jtu.PyTreeDef, "from_node_data_and_children")
 
@@ -377,26 +377,6 @@ op()  # warm every cache first: what stays cached is not a leak
 gc.collect()
 before = [sys.getrefcount(x) for x in leaf_objects]
 
-def vm_bytes():
-    return int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
-
-failures = 0
-for headroom_mib in (2, 6, 16, 40, 96):
-    hold = []
-    resource.setrlimit(resource.RLIMIT_AS, (vm_bytes() + (headroom_mib << 20), resource.RLIM_INFINITY))
-    try:
-        for _ in range(200):
-            hold.append(op())
-    except MemoryError:
-        failures += 1
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    hold = None
-    gc.collect()
-after = [sys.getrefcount(x) for x in leaf_objects]
-leaked = [a - b for a, b in zip(after, before) if a != b]
-print("failures=%d" % failures)
-print("leaked=%r" % (leaked[:5],))
 """
 
 
@@ -419,7 +399,9 @@ print("leaked=%r" % (leaked[:5],))
     ],
 )
 def test_out_of_memory_is_a_memory_error_and_leaks_nothing(op):
-    results, proc = run_script_results(OOM_SCRIPT.format(op=op))
+    results, proc = run_script_results(
+        OOM_SCRIPT.format(op=op) + rlimit_sweep_source((2, 6, 16, 40, 96), calls=200)
+    )
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-3000:]}"
     assert results["leaked"] == "[]"
     assert int(results["failures"]) >= 1  # the limits were tight enough to fail
