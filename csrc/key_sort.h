@@ -90,6 +90,20 @@ void NaturalSort(It first, It last, Less less) {
     if (!NaturalSortIfOrdered(first, last, less)) std::sort(first, last, less);
 }
 
+// Up to this many keys a dict is sorted by insertion: fewer comparisons than a merge would need
+// on such short inputs, no allocation, and stable.
+inline constexpr ptrdiff_t kSmallSort = 16;
+
+template <class It, class Less>
+void InsertionSort(It first, It last, Less less) {
+    for (It i = first + (first != last ? 1 : 0); i < last; ++i) {
+        auto record = std::move(*i);
+        It j = i;
+        for (; j != first && less(record, *(j - 1)); --j) *j = std::move(*(j - 1));
+        *j = std::move(record);
+    }
+}
+
 // A str whose code points are all below 256, stored one byte each (ASCII and Latin-1 text):
 // byte order is code-point order.
 inline bool IsOneByteStr(PyObject* s) {
@@ -160,15 +174,32 @@ bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
     }
     using Record = typename std::iterator_traits<It>::value_type;
     if (all_str) {
-        if (last - first == 2) {  // {"bias", "kernel"}-style dicts are the common case
-            if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
+        auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
+        // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
+        // with no run bookkeeping and no merge buffer to allocate.
+        if (last - first <= kSmallSort) {
+            InsertionSort(first, last, less);
             return true;
         }
-        auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
         if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
         return true;
     }
     if (!all_int) return false;
+    if (last - first <= kSmallSort) {
+        bool small = true;
+        for (It it = first; it != last && small; ++it) {
+            long long unused;
+            small = SmallIntValue(key_of(*it), &unused);
+        }
+        if (small) {
+            // Exact ints of 64 bits compare equal to their values; PyLong_AsLongLong cannot fail.
+            InsertionSort(first, last, [&](const Record& a, const Record& b) {
+                return PyLong_AsLongLong(key_of(a)) < PyLong_AsLongLong(key_of(b));
+            });
+            return true;
+        }
+        PyErr_Clear();
+    }
     // Sort (value, position) pairs, then permute the records once.
     std::vector<std::pair<long long, ptrdiff_t>> order;
     order.reserve(static_cast<size_t>(last - first));

@@ -244,6 +244,12 @@ PyObject* FromState(PyObject* state);
 
 namespace fastree {
 // structure.cpp.
+// The key entry of child `k` of `node` (new reference), as flatten_with_path produces it for the
+// built-in kinds; a custom node's children report their flattened index.
+PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k);
+// node_view.cpp: PyTreeDef._nodes(), one (kind, type, data, arity, num_leaves, ref, child_keys)
+// record per post-order node.
+PyObject* NodeRecords(const TreeDef& def);
 // keystr() of the path from the root to node `index` (for error messages).
 std::string KeyPathString(const TreeDef& def, Py_ssize_t index);
 // Appends the root node for `type` with `arity` children (the last `arity` subtrees of `def`).

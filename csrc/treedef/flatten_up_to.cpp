@@ -159,24 +159,33 @@ class PrefixWalker {
         // Fast path: same size and every expected key present means the same key set, found by
         // lookups, with no sort of the tree's keys. The sorting path below builds the message.
         if (PyDict_GET_SIZE(obj) == node.arity) {
-            Items found;
+            // Each value goes straight to where it is consumed (the output for leaf children,
+            // else the agenda), owned from the moment it is found: the next lookup hashes and
+            // compares keys, user code that may change `obj`. A key not found rolls them back.
+            const bool leaves = AllChildrenAreLeaves(node);
+            std::vector<PyObject*>& dest = leaves ? *out_ : agenda_;
+            const size_t begin = dest.size();
             PyObject* const* expected = def_.keys.data() + node.keys_begin;
-            for (Count i = 0; i < node.arity; ++i) {
-                // The lookup hashes and compares keys (user code that may change `obj`): each
-                // value is taken as soon as it is found, never read later through the dict.
+            Count i = 0;
+            for (; i < node.arity; ++i) {
                 PyObject* value = PyDict_GetItemWithError(obj, expected[i]);
                 if (value == nullptr) break;
-                found.push_back(Item{nullptr, value});  // may throw: nothing owned yet
-                Py_INCREF(value);
+                PushNewRef(dest, value);
             }
-            if (PyErr_Occurred()) return false;  // `found` releases what it holds
             // The size is checked again: a key's __eq__ may have added keys during the lookups.
-            if (static_cast<Count>(found.size()) == node.arity &&
-                PyDict_GET_SIZE(obj) == node.arity) {
-                MoveValues(node, found);
+            if (i == node.arity && PyDict_GET_SIZE(obj) == node.arity) {
+                if (leaves) {  // the output is built reversed (see PushSequence)
+                    std::reverse(dest.begin() + static_cast<std::ptrdiff_t>(begin), dest.end());
+                    leaf_children_done_ = true;
+                }
                 return true;
             }
-            ReleaseItems(found, 0);
+            while (dest.size() > begin) {  // each value leaves `dest` before it is released
+                PyObject* value = dest.back();
+                dest.pop_back();
+                Py_DECREF(value);
+            }
+            if (PyErr_Occurred()) return false;
         }
         Items items;
         if (!GatherDictItems(obj, items)) return false;

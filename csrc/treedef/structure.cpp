@@ -24,8 +24,9 @@ PyObject* DataPart(const TreeDef& def, const Node& node) {
     return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
 }
 
-// The key entry of child `k` of `node` (new reference), as flatten_with_path would produce it
-// for the built-in kinds; custom nodes report their flattened index.
+
+}  // namespace
+
 PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k) {
     switch (node.kind) {
         case NodeKind::kDict:
@@ -48,8 +49,6 @@ PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k) {
             return keys::FlattenedIndex(k);
     }
 }
-
-}  // namespace
 
 std::string KeyPathString(const TreeDef& def, Py_ssize_t index) {
     std::string out;

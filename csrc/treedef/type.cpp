@@ -139,6 +139,8 @@ PyObject* MFromNodeDataAndChildren(PyObject*, PyObject* const* args, Py_ssize_t 
 PyObject* MReduce(PyObject* self, PyObject*) { return Reduce(DefOf(self)); }
 PyObject* MState(PyObject* self, PyObject*) { return State(DefOf(self)); }
 
+PyObject* MNodes(PyObject* self, PyObject*) { return NodeRecords(DefOf(self)); }
+
 PyObject* MToJax(PyObject* self, PyObject*) {
     if (g_to_jax_hook == nullptr) {
         PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
@@ -182,6 +184,11 @@ PyMethodDef kMethods[] = {
     {"_state", Guard<MState>, METH_NOARGS,
      "_state($self, /)\n--\n\nThe post-order node records (version, ((type, data, arity, ref), "
      "...)): the pickle state, and the input of serialize/fingerprint/diff."},
+    {"_nodes", Guard<MNodes>, METH_NOARGS,
+     "_nodes($self, /)\n--\n\nOne (kind, type, data, arity, num_leaves, ref, child_keys) "
+     "record per post-order node: the kind's name ('leaf', 'dict', 'custom', ...), node_data()'s "
+     "type and data (None for a leaf or shared reference), the index a 'shared_ref' repeats "
+     "(else -1), and the key entries of the children as flatten_with_path makes them."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,0 +1,67 @@
+// PyTreeDef._nodes(): the core's own description of every node, so the Python layer (diffs,
+// fingerprints, serialization, audits) reads kinds and child keys instead of re-deriving them
+// from types and node data.
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+// The kind's name as Python sees it, indexed by NodeKind.
+constexpr const char* kKindNames[] = {
+    "leaf",        "none",         "tuple",  "list",      "dict",       "namedtuple",
+    "ordered_dict", "default_dict", "custom", "dataclass", "shared_ref",
+};
+static_assert(sizeof(kKindNames) / sizeof(kKindNames[0]) ==
+                  static_cast<size_t>(NodeKind::kSharedRef) + 1,
+              "one name per NodeKind");
+
+// The interned name of each kind, made once (the strings are immortal for the process: the
+// module holds no other state for them).
+PyObject* KindName(NodeKind kind) {
+    static PyObject* names[sizeof(kKindNames) / sizeof(kKindNames[0])] = {};
+    PyObject*& name = names[static_cast<size_t>(kind)];
+    if (name == nullptr) name = PyUnicode_InternFromString(kKindNames[static_cast<size_t>(kind)]);
+    return Py_XNewRef(name);
+}
+
+// (kind, type, data, arity, num_leaves, ref, child_keys) for one node.
+PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
+    const Node& node = def.nodes[static_cast<size_t>(index)];
+    Ref kind(KindName(node.kind));
+    if (!kind) return nullptr;
+    Ref type(Py_NewRef(Py_None));
+    Ref data(Py_NewRef(Py_None));
+    if (node.kind != NodeKind::kLeaf && node.kind != NodeKind::kSharedRef) {
+        Ref nd(def.NodeData(node));
+        if (!nd) return nullptr;
+        type = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 0)));
+        data = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1)));
+    }
+    Ref keys(PyTuple_New(node.arity));
+    if (!keys) return nullptr;
+    for (Py_ssize_t k = 0; k < node.arity; ++k) {
+        PyObject* key = ChildKey(def, node, k);
+        if (key == nullptr) return nullptr;
+        PyTuple_SET_ITEM(keys.get(), k, key);
+    }
+    const Py_ssize_t ref = node.kind == NodeKind::kSharedRef ? node.ref : -1;
+    return Py_BuildValue("(OOOnnnO)", kind.get(), type.get(), data.get(),
+                         static_cast<Py_ssize_t>(node.arity),
+                         static_cast<Py_ssize_t>(node.num_leaves), ref, keys.get());
+}
+
+}  // namespace
+
+PyObject* NodeRecords(const TreeDef& def) {
+    Ref out(PyTuple_New(def.num_nodes()));
+    if (!out) return nullptr;
+    for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
+        PyObject* record = NodeRecord(def, i);
+        if (record == nullptr) return nullptr;
+        PyTuple_SET_ITEM(out.get(), i, record);
+    }
+    return out.release();
+}
+
+}  // namespace fastree
