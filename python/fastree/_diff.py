@@ -7,18 +7,16 @@ here walk two treedefs' states side by side and name every difference with its k
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from . import _core, _statetree
-from ._aux import _type_name
 from ._audit import short_repr
+from ._aux import _type_name
+from ._jax_compat import tree_util as _jtu
 from ._statetree import StateNode
 from .tree_util import keystr
-
-KINDS = ("node_type", "num_children", "dict_keys", "aux_data", "leaf_vs_node", "sharing")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +62,9 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 def _keys_of(node: StateNode) -> list[Any] | None:
-    if node.type is dict or node.type is collections.OrderedDict:
-        return list(node.data)
-    if node.type is collections.defaultdict:
-        return list(node.data[1])
+    """The dict keys of a dict-kind node (from its children's DictKeys), else None."""
+    if node.kind in _statetree.DICT_KINDS:
+        return [key.key for key in node.keys]
     return None
 
 
@@ -130,7 +127,7 @@ def _diff_nodes(na: list[StateNode], nb: list[StateNode]) -> list[StructureDiff]
         pairs: list[tuple[int, int]] = []
         keys_a, keys_b = _keys_of(a), _keys_of(b)
         if keys_a is not None and keys_b is not None:
-            if a.type is collections.defaultdict and _differs(a.data[0], b.data[0]):
+            if a.kind == "default_dict" and _differs(a.data[0], b.data[0]):
                 add(
                     "aux_data", f"default_factory changed: {_repr(a.data[0])} -> {_repr(b.data[0])}"
                 )
@@ -169,9 +166,7 @@ def _diff_states(state_a: Any, state_b: Any) -> list[StructureDiff]:
 def _as_treedef(x: Any) -> _core.PyTreeDef:
     if isinstance(x, _core.PyTreeDef):
         return x
-    import jax.tree_util as jtu
-
-    if isinstance(x, jtu.PyTreeDef):
+    if isinstance(x, _jtu.PyTreeDef):
         from ._jax_bridge import from_jax
 
         return from_jax(x)
@@ -196,7 +191,7 @@ def structure_diff(a: Any, b: Any) -> list[StructureDiff]:
     ta, tb = _as_treedef(a), _as_treedef(b)
     if ta == tb:  # the core's comparison is cheap; the walk below only explains a difference
         return []
-    diffs = _diff_states(ta._state(), tb._state())
+    diffs = _diff_nodes(_statetree.parse_nodes(ta), _statetree.parse_nodes(tb))
     if not diffs and ta != tb:
         diffs.append(
             StructureDiff((), "unknown", f"the treedefs differ: {_repr(ta)} != {_repr(tb)}")

@@ -16,31 +16,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core, _key_makers, _map_errors
-from ._jax_compat import internal as _jax_internal
-from ._jax_compat import tree_util as _jtu
+from . import _core, _jax_compat, _key_makers, _map_errors, _statetree
 from ._default_registry import PyTreeRegistry
 
+# Tests re-create install()'s call to the core through these two names.
+from ._jax_compat import internal as _jax_internal  # noqa: F401
+from ._jax_compat import tree_util as _jtu
+from ._statetree import StateNode
 
-def _check_sharing_fits_jax(treedef: _core.PyTreeDef) -> None:
+_LEAF_TREEDEF = _jtu.tree_structure(0)
+
+
+def _check_sharing_fits_jax(treedef: _core.PyTreeDef, nodes: list[StateNode]) -> None:
     """JAX can carry sharing only inside one identity-preserving object (as that object's aux
     data); a shared reference that crosses out of it would be silently dropped: refuse."""
-    from ._statetree import parse_state
-
-    nodes = parse_state(treedef._state())
-    if all(node.ref < 0 for node in nodes):
-        return
-    parent = {child: node.index for node in nodes for child in node.children}
-    size = [1] * len(nodes)
-    for node in nodes:  # post-order: children first
-        size[node.index] += sum(size[child] for child in node.children)
     for node in nodes:
-        if node.ref < 0:
+        if not node.is_ref:
             continue
-        holder = parent.get(node.index, -1)
-        while holder >= 0 and not _core.is_identity_type(nodes[holder].type):
-            holder = parent.get(holder, -1)
-        if holder < 0 or not holder - size[holder] < node.ref <= holder:
+        holder = node.parent
+        while holder is not None and not _core.is_identity_type(holder.type):
+            holder = holder.parent
+        if holder is None or not holder.first <= node.ref <= holder.index:
             raise ValueError(
                 "This treedef shares an identity-preserving object across built-in containers, "
                 f"which a JAX treedef cannot express: {treedef}. Use fastree.jit, or keep the "
@@ -57,89 +53,104 @@ def to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
     >>> fastree.tree_util.tree_structure({'a': (1, 2)}).to_jax()
     PyTreeDef({'a': (*, *)})
     """
-    _check_sharing_fits_jax(treedef)
-    return _to_jax(treedef)
+    nodes = _statetree.parse_nodes(treedef)
+    _check_sharing_fits_jax(treedef, nodes)
+    if _jax_compat.JAXLIB_BUILDS_FROM_NODE_DATA:
+        return _to_jax(treedef, nodes)
+    return _to_jax_from_state(treedef, nodes)
 
 
-# jaxlib added PyTreeDef.from_node_data_and_children in 0.7; the newest jax for Python 3.10
-# (0.6.2) lacks it.
-_JAX_BUILDS_FROM_NODE_DATA = hasattr(_jtu.PyTreeDef, "from_node_data_and_children")
+def _is_identity_node(node: StateNode) -> bool:
+    return node.type is not None and _core.is_identity_type(node.type)
 
 
-# Node kinds in jaxlib's PyTreeDef state (its pickling format before from_node_data_and_children
-# existed): the state is (registry, [(kind, arity, node_data, custom_type, num_leaves,
-# num_nodes), ...]) in post-order.
-_LEAF, _NONE, _TUPLE, _NAMEDTUPLE, _LIST, _DICT, _CUSTOM, _DATACLASS = range(8)
-_BUILTIN_KINDS = {type(None): _NONE, tuple: _TUPLE, list: _LIST, dict: _DICT}
+def _identity_subtree(treedef: _core.PyTreeDef, nodes: list[StateNode], node: StateNode) -> Any:
+    """fastree's treedef of the identity-preserving subtree at ``node`` (sharing included): what
+    JAX holds as that node's aux data (see _to_jax)."""
+    if node.index == len(nodes) - 1:
+        return treedef
+    return _core._treedef_from_state(_statetree.subtree_state(nodes, node))
 
 
-def _jax_kind(node_type: type) -> int:
-    entry = _jax_internal._registry.get(node_type)
-    if entry is not None:  # registered with JAX: through register_dataclass, or as a custom node
-        is_dataclass = getattr(entry.to_iter, "__qualname__", "").startswith("register_dataclass.")
-        return _DATACLASS if is_dataclass else _CUSTOM
-    if _core.dataclass_fields(node_type) is not None:  # default_registry.register_dataclass_node
-        return _DATACLASS
-    if issubclass(node_type, tuple) and hasattr(node_type, "_fields"):
-        return _NAMEDTUPLE
-    return _CUSTOM  # default_registry.register_node
+def _to_jax(treedef: _core.PyTreeDef, nodes: list[StateNode]) -> _jtu.PyTreeDef:
+    # Bottom-up over the post-order nodes (no recursion: as deep as the treedef goes).
+    built: list[Any] = []  # JAX treedefs of the subtrees not yet claimed by a parent
+    for node in nodes:
+        children = built[len(built) - node.arity :]
+        del built[len(built) - node.arity :]
+        if node.is_leaf or node.is_ref:
+            # A shared reference lies inside an identity-preserving node (checked), which
+            # drops its children's conversions: any placeholder does.
+            built.append(_LEAF_TREEDEF)
+        elif _is_identity_node(node):
+            # JAX holds an identity-preserving object as one node over its unique leaves, with
+            # fastree's treedef of the whole subtree (sharing included) as aux data.
+            data = _identity_subtree(treedef, nodes, node)
+            built.append(
+                _jax_compat.jax_treedef_from_node_data(
+                    (node.type, data), [_LEAF_TREEDEF] * node.num_leaves
+                )
+            )
+        else:
+            built.append(_jax_compat.jax_treedef_from_node_data((node.type, node.data), children))
+    (root,) = built
+    return root
 
 
-def _append_jax_state(treedef: _core.PyTreeDef, out: list[tuple[Any, ...]]) -> None:
-    node_data = treedef.node_data()
-    if node_data is None:
-        out.append((_LEAF, 0, None, None, 1, 1))
-        return
-    node_type, data = node_data
-    leaves = treedef.num_leaves
-    if _core.is_identity_type(node_type):  # one node over its unique leaves (see _to_jax)
-        out.extend([(_LEAF, 0, None, None, 1, 1)] * leaves)
-        out.append((_CUSTOM, leaves, treedef, node_type, leaves, leaves + 1))
-        return
-    start = len(out)
-    children = treedef.children()
-    for child in children:
-        _append_jax_state(child, out)
-    kind = _BUILTIN_KINDS.get(node_type)
-    if kind is None:
-        kind = _jax_kind(node_type)
-    if kind == _NAMEDTUPLE:
-        data, custom = node_type, None
-    elif kind in (_CUSTOM, _DATACLASS):
-        custom = node_type
-    else:
-        data, custom = (list(data) if kind == _DICT else None), None
-    out.append((kind, len(children), data, custom, leaves, len(out) - start + 1))
+_K = _jax_compat.JAXLIB_STATE_KINDS
+# jaxlib's node kind for each of the core's (OrderedDict and defaultdict are custom nodes there).
+_JAXLIB_KINDS = {
+    "none": _K.NONE,
+    "tuple": _K.TUPLE,
+    "namedtuple": _K.NAMEDTUPLE,
+    "list": _K.LIST,
+    "dict": _K.DICT,
+    "ordered_dict": _K.CUSTOM,
+    "default_dict": _K.CUSTOM,
+    "custom": _K.CUSTOM,
+    "dataclass": _K.DATACLASS,
+}
+_JAXLIB_LEAF = (_K.LEAF, 0, None, None, 1, 1)
 
 
-def _to_jax_from_state(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
+def _jaxlib_kind(node: StateNode) -> int:
+    # A type registered with JAX's own register_dataclass alone is a custom node to the core
+    # (it adopts JAX's flatten function) and a dataclass node to jaxlib.
+    if node.kind == "custom" and _jax_compat.is_jax_register_dataclass_entry(
+        _jax_compat.jax_registry_entry(node.type)  # type: ignore[arg-type]
+    ):
+        return _K.DATACLASS
+    return _JAXLIB_KINDS[node.kind]
+
+
+def _to_jax_from_state(treedef: _core.PyTreeDef, nodes: list[StateNode]) -> _jtu.PyTreeDef:
     # jaxlib before 0.7 cannot build a treedef from node data, but restores one from its
-    # pickling state, looking each custom type up in the registry as unpickling does: no user
-    # code runs.
-    nodes: list[tuple[Any, ...]] = []
-    _append_jax_state(treedef, nodes)
-    converted = _jtu.PyTreeDef.__new__(_jtu.PyTreeDef)
-    converted.__setstate__((_jtu.default_registry, nodes))
-    return converted
-
-
-def _to_jax(treedef: _core.PyTreeDef) -> _jtu.PyTreeDef:
-    if not _JAX_BUILDS_FROM_NODE_DATA:
-        return _to_jax_from_state(treedef)
-    node_data = treedef.node_data()
-    if node_data is None:
-        return _jtu.tree_structure(0)
-    if _core.is_identity_type(node_data[0]):
-        # JAX holds an identity-preserving object as one node over its unique leaves, with
-        # fastree's treedef of the whole subtree (sharing included) as aux data.
-        leaf = _jtu.tree_structure(0)
-        return _jtu.PyTreeDef.from_node_data_and_children(
-            _jtu.default_registry, (node_data[0], treedef), [leaf] * treedef.num_leaves
-        )
-    children = [_to_jax(child) for child in treedef.children()]
-    return _jtu.PyTreeDef.from_node_data_and_children(
-        _jtu.default_registry, node_data, children
-    )
+    # pickling state: (kind, arity, node_data, custom_type, num_leaves, num_nodes) per
+    # post-order node, in JAX's terms (an identity-preserving node is one node over its leaves).
+    out: list[tuple[Any, ...]] = []
+    starts: list[int] = []  # per node: where its subtree's entries begin in `out`
+    for node in nodes:
+        start = starts[node.first] if node.arity else len(out)
+        if node.is_leaf or node.is_ref:  # a reference: inside an identity node (checked)
+            out.append(_JAXLIB_LEAF)
+        elif _is_identity_node(node):
+            leaves = node.num_leaves
+            data = _identity_subtree(treedef, nodes, node)
+            del out[start:]  # its children's entries: JAX sees only its unique leaves
+            out.extend([_JAXLIB_LEAF] * leaves)
+            out.append((_K.CUSTOM, leaves, data, node.type, leaves, leaves + 1))
+        else:
+            kind = _jaxlib_kind(node)
+            if kind == _K.NAMEDTUPLE:
+                data, custom = node.type, None
+            elif kind in (_K.CUSTOM, _K.DATACLASS):
+                data, custom = node.data, node.type
+            else:
+                data, custom = (list(node.data) if kind == _K.DICT else None), None
+            num_nodes = len(out) - start + 1
+            out.append((kind, node.arity, data, custom, node.num_leaves, num_nodes))
+        starts.append(start)
+    return _jax_compat.jax_treedef_from_state(out)
 
 
 def from_jax(treedef: _jtu.PyTreeDef) -> _core.PyTreeDef:
@@ -151,11 +162,25 @@ def from_jax(treedef: _jtu.PyTreeDef) -> _core.PyTreeDef:
     """
     if not isinstance(treedef, _jtu.PyTreeDef):
         raise TypeError(f"from_jax() expects a jax.tree_util.PyTreeDef, got {treedef!r}.")
-    node_data = treedef.node_data()
-    if node_data is not None and _core.is_identity_type(node_data[0]):
-        return node_data[1]  # the subtree treedef fastree handed JAX (see to_jax)
-    children = [from_jax(child) for child in treedef.children()]
-    return _core.PyTreeDef.from_node_data_and_children(node_data, children)
+    # Post-order with an explicit stack (no recursion: as deep as the JAX treedef goes).
+    built: list[_core.PyTreeDef] = []  # fastree treedefs of the subtrees not yet claimed
+    stack: list[tuple[Any, Any, int]] = [(treedef, None, -1)]  # (JAX treedef, node data, arity)
+    while stack:
+        jax_treedef, node_data, arity = stack.pop()
+        if arity >= 0:  # its children are built: the node itself
+            children = built[len(built) - arity :]
+            del built[len(built) - arity :]
+            built.append(_core.PyTreeDef.from_node_data_and_children(node_data, children))
+            continue
+        node_data = jax_treedef.node_data()
+        if node_data is not None and _core.is_identity_type(node_data[0]):
+            built.append(node_data[1])  # the subtree treedef fastree handed JAX (see to_jax)
+            continue
+        children = jax_treedef.children()
+        stack.append((jax_treedef, node_data, len(children)))
+        stack.extend((child, None, -1) for child in reversed(children))
+    (root,) = built
+    return root
 
 
 def serialize_using_proto(treedef: _core.PyTreeDef) -> bytes:
@@ -182,44 +207,6 @@ def deserialize_using_proto(registry: Any, data: bytes) -> _core.PyTreeDef:
     return from_jax(_jtu.PyTreeDef.deserialize_using_proto(registry, data))
 
 
-def _jax_error_text(call: Any) -> str:
-    try:
-        call()
-    except ValueError as error:
-        return str(error)
-    return ""
-
-
-class _Incomparable:
-    """A callable whose comparison raises: Partial aux data for probing JAX's error text."""
-
-    def __call__(self) -> None:
-        pass
-
-    def __eq__(self, other: object) -> bool:
-        raise TypeError("incomparable")
-
-    __ne__ = __eq__
-    __hash__ = object.__hash__
-
-
-# Texts that changed between JAX releases, asked of the installed JAX once (see also
-# csrc/jax_texts.h): jax 0.7 began to list a mismatching dict's keys rather than print the dict;
-# jax 0.12 names the node type when comparing aux data raises. (Whether tree_map explains a
-# mismatch by key path is asked in _map_errors.py.)
-_JAX_DICT_MISMATCH_SHOWS_DICT = "; dict: " in _jax_error_text(
-    lambda: _jtu.tree_structure({"a": 1}).flatten_up_to({"b": 1})
-)
-_JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
-    lambda: _jtu.tree_structure(_jtu.Partial(_Incomparable()))
-    == _jtu.tree_structure(_jtu.Partial(_Incomparable()))
-)
-
-
-_JAXLIB_IS_NODE = getattr(_jtu.default_registry, "is_node", None)  # jaxlib 0.7 and later
-_LEAF_TREEDEF = _jtu.tree_structure(0)
-
-
 def _adopt_jaxlib_node(node_type: type) -> tuple[Any, Any] | None:
     """(flatten, unflatten) for a type registered only in jaxlib's C++ registry, else None.
 
@@ -230,24 +217,24 @@ def _adopt_jaxlib_node(node_type: type) -> tuple[Any, Any] | None:
     ``is_node`` and ``from_node_data_and_children`` (jaxlib 0.7+); before that such types stay
     leaves.
     """
-    if _JAXLIB_IS_NODE is None or not _JAX_BUILDS_FROM_NODE_DATA:
+    is_node = _jax_compat.jaxlib_is_node
+    if is_node is None or not _jax_compat.JAXLIB_BUILDS_FROM_NODE_DATA:
         return None
-    if not _JAXLIB_IS_NODE(node_type):
+    if not is_node(node_type):
         return None
-    registry = _jtu.default_registry
-    build = _jtu.PyTreeDef.from_node_data_and_children
+    build = _jax_compat.jax_treedef_from_node_data
 
     def unflatten(aux_data: Any, children: Any) -> Any:
         children = tuple(children)
-        one_node = build(registry, (node_type, aux_data), [_LEAF_TREEDEF] * len(children))
+        one_node = build((node_type, aux_data), [_LEAF_TREEDEF] * len(children))
         return one_node.unflatten(children)
 
-    return registry.flatten_one_level, unflatten
+    return _jtu.default_registry.flatten_one_level, unflatten
 
 
 def install() -> None:
     _core.install_jax_bridge(
-        jax_registry=_jax_internal._registry,
+        jax_registry=_jax_compat.jax_registry(),
         flatten_one_level=_jtu.default_registry.flatten_one_level,
         flatten_one_level_with_keys=_jtu.default_registry.flatten_one_level_with_keys,
         DictKey=_jtu.DictKey,
@@ -260,6 +247,6 @@ def install() -> None:
     _key_makers.install()
     _core.set_jaxlib_adopter(_adopt_jaxlib_node)
     _core.set_jax_texts(
-        dict_mismatch_shows_dict=_JAX_DICT_MISMATCH_SHOWS_DICT,
-        aux_equality_names_type=_JAX_AUX_EQUALITY_NAMES_TYPE,
+        dict_mismatch_shows_dict=_jax_compat.JAX_DICT_MISMATCH_SHOWS_DICT,
+        aux_equality_names_type=_jax_compat.JAX_AUX_EQUALITY_NAMES_TYPE,
     )

@@ -1,4 +1,4 @@
-"""Every JAX object fastree uses, bound once, when fastree is imported.
+"""Every JAX object fastree uses, and every access to JAX's internals, in this one module.
 
 fastree calls JAX (to register types with it, to build JAX treedefs, to read its registry) and
 :func:`fastree.install` replaces the functions of ``jax.tree_util`` and ``jax.tree`` by fastree's.
@@ -10,8 +10,23 @@ objects from here, never from ``jax.tree_util`` / ``jax.tree``:
   defines them. They are read from the modules that define them (``jax._src.tree_util`` and
   ``jax._src.tree``), which install never touches, so they are JAX's own objects even if fastree
   is imported (or reloaded) while another patch is in place.
-* :data:`internal`: ``jax._src.tree_util`` itself (its ``_registry`` dict is read live, and
-  install never modifies that module).
+* :data:`internal`: ``jax._src.tree_util`` itself (install never modifies that module).
+
+Everything fastree reads from JAX beyond its public API is read here too, behind a small named
+function or constant, so that a JAX release that changes one of them breaks this module and its
+test (``tests/test_jax_compat.py``) and nothing else. Where JAX releases differ, each adapter says
+which range it serves:
+
+* JAX's Python-side registry dict (``jax._src.tree_util._registry``, every supported release):
+  :func:`jax_registry`, :func:`jax_registry_entry`, :func:`jax_registered_types`;
+* what ``jax.tree_util.register_dataclass`` keeps only in its flatten function's closure (every
+  supported release): :func:`is_jax_register_dataclass_entry`, :func:`jax_dataclass_fields`;
+* building a JAX treedef node by node: :func:`jax_treedef_from_node_data` (jaxlib 0.7 and later)
+  or :func:`jax_treedef_from_state` over jaxlib's pickled node kinds :data:`JAXLIB_STATE_KINDS`
+  (the only route before jaxlib 0.7); :data:`jaxlib_is_node` (jaxlib 0.7 and later);
+* error texts that changed between releases, asked of the installed JAX once, at import:
+  :data:`JAX_DICT_MISMATCH_SHOWS_DICT`, :data:`JAX_AUX_EQUALITY_NAMES_TYPE`,
+  :data:`JAX_EXPLAINS_MAP_ERRORS`.
 
 >>> import jax.tree_util
 >>> from fastree import _jax_compat
@@ -22,14 +37,43 @@ True
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from typing import Any
 
 import jax
+import jax.core
 import jax.tree as _jax_tree
 import jax.tree_util as _jax_tree_util
 from jax._src import tree as _jax_src_tree
 from jax._src import tree_util as internal
 
-__all__ = ["PUBLIC_TREE_NAMES", "PUBLIC_TREE_UTIL_NAMES", "internal", "jax", "tree", "tree_util"]
+__all__ = [
+    "JAXLIB_BUILDS_FROM_NODE_DATA",
+    "JAXLIB_STATE_KINDS",
+    "JAX_AUX_EQUALITY_NAMES_TYPE",
+    "JAX_DICT_MISMATCH_SHOWS_DICT",
+    "JAX_EXPLAINS_MAP_ERRORS",
+    "PUBLIC_TREE_NAMES",
+    "PUBLIC_TREE_UTIL_NAMES",
+    "Array",
+    "Tracer",
+    "internal",
+    "is_jax_register_dataclass_entry",
+    "jax",
+    "jax_dataclass_fields",
+    "jax_registered_types",
+    "jax_registry",
+    "jax_registry_entry",
+    "jax_treedef_from_node_data",
+    "jax_treedef_from_state",
+    "jaxlib_is_node",
+    "tree",
+    "tree_util",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX's public objects
 
 
 def _public_names(module: types.ModuleType) -> tuple[str, ...]:
@@ -64,3 +108,188 @@ tree = _snapshot(_jax_tree, _jax_src_tree, PUBLIC_TREE_NAMES)
 # The module objects install writes to. Only fastree._install uses these.
 public_tree_util_module = _jax_tree_util
 public_tree_module = _jax_tree
+
+# The classes the aux_data checks recognise (fastree._aux).
+Array = jax.Array
+Tracer = jax.core.Tracer
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX's Python-side registry: {type: _RegistryEntry(to_iter, from_iter)} (every supported JAX)
+
+
+def jax_registry() -> dict[type, Any]:
+    """The live dict in which JAX keeps every type registered through ``jax.tree_util``.
+
+    The core reads it directly (a type registered with JAX alone is adopted on first use), so
+    it is this very dict, not a copy. JAX only ever adds to it.
+
+    >>> jax_registry()[list].to_iter([1, 2])
+    ([1, 2], None)
+    """
+    return internal._registry
+
+
+def jax_registry_entry(tp: type) -> Any:
+    """JAX's registry entry for ``tp`` (``.to_iter``, ``.from_iter``), or None.
+
+    >>> jax_registry_entry(int) is None, jax_registry_entry(tuple) is not None
+    (True, True)
+    """
+    return internal._registry.get(tp)
+
+
+def jax_registered_types() -> list[type]:
+    """Every type in JAX's registry (a snapshot: registrations may run concurrently).
+
+    >>> dict in jax_registered_types()
+    True
+    """
+    return list(internal._registry)
+
+
+# register_dataclass keeps its data fields only in the closure of the flatten function it puts
+# into the registry (`register_dataclass.<locals>.flatten_func`, a free variable `data_fields`).
+_DATACLASS_FLATTEN_PREFIX = "register_dataclass."
+_DATACLASS_FIELDS_CELL = "data_fields"
+
+
+def is_jax_register_dataclass_entry(entry: Any) -> bool:
+    """Whether a registry entry was made by ``jax.tree_util.register_dataclass``.
+
+    >>> import dataclasses, jax
+    >>> @jax.tree_util.register_dataclass
+    ... @dataclasses.dataclass
+    ... class Cell:
+    ...     x: int
+    >>> is_jax_register_dataclass_entry(jax_registry_entry(Cell))
+    True
+    >>> is_jax_register_dataclass_entry(jax_registry_entry(tuple))
+    False
+    """
+    to_iter = getattr(entry, "to_iter", None)
+    return getattr(to_iter, "__qualname__", "").startswith(_DATACLASS_FLATTEN_PREFIX)
+
+
+def jax_dataclass_fields(tp: type) -> tuple[str, ...] | None:
+    """The data (child) fields of a type registered with ``jax.tree_util.register_dataclass``.
+
+    None if ``tp`` is not such a type, or if the installed JAX keeps its fields elsewhere. What
+    is found in the closure is checked (a tuple of str) before it is believed.
+
+    >>> import dataclasses, jax
+    >>> @jax.tree_util.register_dataclass
+    ... @dataclasses.dataclass
+    ... class Cell:
+    ...     x: int
+    ...     y: int
+    >>> jax_dataclass_fields(Cell), jax_dataclass_fields(dict)
+    (('x', 'y'), None)
+    """
+    entry = jax_registry_entry(tp)
+    if entry is None or not is_jax_register_dataclass_entry(entry):
+        return None
+    fn = entry.to_iter
+    code = getattr(fn, "__code__", None)
+    closure = getattr(fn, "__closure__", None)
+    if code is None or closure is None or _DATACLASS_FIELDS_CELL not in code.co_freevars:
+        return None
+    fields = closure[code.co_freevars.index(_DATACLASS_FIELDS_CELL)].cell_contents
+    if isinstance(fields, tuple) and all(isinstance(f, str) for f in fields):
+        return fields
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Building JAX treedefs node by node, per jaxlib version range
+
+JAXLIB_BUILDS_FROM_NODE_DATA = hasattr(tree_util.PyTreeDef, "from_node_data_and_children")
+"""jaxlib 0.7 added ``PyTreeDef.from_node_data_and_children``; the newest jax for Python 3.10
+(0.6.2) lacks it, and :func:`jax_treedef_from_state` is then the only route."""
+
+jaxlib_is_node: Callable[[type], bool] | None = getattr(tree_util.default_registry, "is_node", None)
+"""jaxlib's ``default_registry.is_node`` (jaxlib 0.7 and later), else None."""
+
+
+def jax_treedef_from_node_data(node_data: Any, children: list[Any]) -> Any:
+    """jaxlib 0.7 and later: the JAX treedef of one node over JAX treedef ``children``.
+
+    ``node_data`` is ``(type, data)`` as ``PyTreeDef.node_data()`` reports it, or None for a
+    leaf. No user code runs (custom types are looked up in JAX's registry).
+
+    >>> leaf = tree_util.tree_structure(0)
+    >>> jax_treedef_from_node_data((tuple, None), [leaf, leaf])
+    PyTreeDef((*, *))
+    """
+    if node_data is None:
+        return tree_util.tree_structure(0)
+    return tree_util.PyTreeDef.from_node_data_and_children(
+        tree_util.default_registry, node_data, children
+    )
+
+
+JAXLIB_STATE_KINDS = types.SimpleNamespace(
+    LEAF=0, NONE=1, TUPLE=2, NAMEDTUPLE=3, LIST=4, DICT=5, CUSTOM=6, DATACLASS=7
+)
+"""The node kinds of jaxlib's pickled ``PyTreeDef`` state (jaxlib's ``PyTreeKind`` numbers)."""
+
+
+def jax_treedef_from_state(nodes: list[tuple[Any, ...]]) -> Any:
+    """Before jaxlib 0.7 (and still accepted after): a JAX treedef from jaxlib's pickled state.
+
+    ``nodes`` are jaxlib's post-order entries ``(kind, arity, node_data, custom_type,
+    num_leaves, num_nodes)`` with ``kind`` from :data:`JAXLIB_STATE_KINDS`. jaxlib looks each
+    custom type up in its registry as unpickling does: no user code runs.
+
+    >>> K = JAXLIB_STATE_KINDS
+    >>> jax_treedef_from_state([(K.LEAF, 0, None, None, 1, 1), (K.LIST, 1, None, None, 1, 2)])
+    PyTreeDef([*])
+    """
+    converted = tree_util.PyTreeDef.__new__(tree_util.PyTreeDef)
+    converted.__setstate__((tree_util.default_registry, nodes))
+    return converted
+
+
+# ------------------------------------------------------------------------------------------------
+# Texts that changed between JAX releases, asked of the installed JAX once (see also
+# csrc/jax_texts.h, which the core is handed the first two through _core.set_jax_texts)
+
+
+def _jax_error_text(call: Callable[[], Any]) -> str:
+    try:
+        call()
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+class _Incomparable:
+    """A callable whose comparison raises: Partial aux data for probing JAX's error text."""
+
+    def __call__(self) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        raise TypeError("incomparable")
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__
+
+
+JAX_DICT_MISMATCH_SHOWS_DICT = "; dict: " in _jax_error_text(
+    lambda: tree_util.tree_structure({"a": 1}).flatten_up_to({"b": 1})
+)
+"""Before jax 0.7, flatten_up_to's dict-key mismatch printed the dict; later ones list keys."""
+
+JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
+    lambda: (
+        tree_util.tree_structure(tree_util.Partial(_Incomparable()))
+        == tree_util.tree_structure(tree_util.Partial(_Incomparable()))
+    )
+)
+"""jax 0.12 and later name the node type when comparing aux data raises."""
+
+JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
+    lambda: tree_util.tree_map(lambda *_: None, (1,), (1, 2))
+).startswith("pytree structure error")
+"""jax 0.7 and later explain a tree_map structure mismatch by key path (fastree._map_errors)."""

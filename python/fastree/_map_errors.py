@@ -8,7 +8,8 @@ one-level flatten:
 
 * no second flatten runs through jaxlib (whose walk of a list mutated by another thread, and
   whose handling of a self-containing node, are unsafe);
-* the walk is iterative (no recursion limit of its own), linear in ``tree``, visits a shared
+* the walk is fastree's one tree walker (``_walk.Walk``, walking every path as flatten does):
+  iterative (no recursion limit of its own), linear in ``tree``; it visits a shared
   identity-preserving pair once, and honours ``is_leaf`` at every level (JAX's applies it at the
   root only, an accident not copied);
 * an exception raised while explaining (a custom flatten function failing or interrupted) is not
@@ -16,7 +17,8 @@ one-level flatten:
 
 The texts, and the order in which differences are looked for (the first difference in
 depth-first, left-to-right order), are JAX's. JAX releases before 0.7 did not explain (the bare
-error came through); fastree follows the installed JAX.
+error came through); fastree follows the installed JAX. ``tree_broadcast`` explains its own
+mismatches with :func:`first_difference` too (as JAX's does with its ``prefix_errors``).
 
 >>> import fastree.tree_util as tu
 >>> try:
@@ -33,23 +35,15 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from . import _core
+from . import _core, _jax_compat
 from ._jax_compat import tree_util as _jtu
+from ._walk import Walk
 
 KeyPath = tuple[Any, ...]
 Explanation = Callable[[str], ValueError]
 
-
-def _jax_explains_map_errors() -> bool:
-    # jax 0.7 began to explain tree_map structure mismatches by key path.
-    try:
-        _jtu.tree_map(lambda *_: None, (1,), (1, 2))
-    except ValueError as error:
-        return str(error).startswith("pytree structure error")
-    return False
-
-
-_ENABLED = _jax_explains_map_errors()
+# jax 0.7 began to explain tree_map structure mismatches by key path (asked of JAX at import).
+_ENABLED = _jax_compat.JAX_EXPLAINS_MAP_ERRORS
 
 
 def explain(
@@ -65,7 +59,7 @@ def explain(
     """
     if not _ENABLED:
         return None
-    found = _first_difference(tree, other, is_leaf, is_leaf_takes_path)
+    found = first_difference(tree, other, is_leaf, is_leaf_takes_path)
     return None if found is None else found(name)
 
 
@@ -81,44 +75,50 @@ def _keystr(path: KeyPath) -> str:
     return _jtu.keystr(path)
 
 
-def _first_difference(
+def first_difference(
     prefix: Any, full: Any, is_leaf: Callable[..., Any] | None, takes_path: bool
 ) -> Explanation | None:
-    # Depth first, left to right, with an explicit stack: (key path, prefix subtree, full subtree).
-    stack: list[tuple[KeyPath, Any, Any]] = [((), prefix, full)]
+    """The first place where ``full`` does not have the structure of ``prefix`` (a maker of
+    JAX's ValueError for it, given the name of the prefix tree), or None if none is found.
+
+    >>> first_difference((1, 2), (1, 2, 3), None, False)('tree').args[0].splitlines()[0]
+    'pytree structure error: different lengths of tuple at key path'
+    """
+    # One walk of the prefix tree (depth first, left to right, every path as flatten walks
+    # it); each node is paired with the full tree's subtree at the same place.
+    walk = Walk(prefix, is_leaf, once=False, is_leaf_takes_path=takes_path)
+    full_children: dict[int, tuple[Any, ...]] = {}  # walk index -> the full tree's children
     visited: set[tuple[int, int]] = set()  # identity-preserving pairs already compared
     alive: list[Any] = []  # keeps the objects whose ids are in `visited` from being reused
-    while stack:
-        path, p, f = stack.pop()
-        if is_leaf is not None and (is_leaf(path, p) if takes_path else is_leaf(p)):
-            continue  # a leaf is a prefix of anything
-        p_level = _core.flatten_one_level_with_keys(p)
-        if p_level is None:
-            continue
+    for occurrence in walk:
+        if occurrence.node is None:
+            continue  # a leaf is a prefix of anything (a repeat is a cycle: not in a prefix)
+        p = occurrence.obj
+        f = full if occurrence.parent < 0 else full_children[occurrence.parent][occurrence.position]
         if type(p) is not type(f):
-            return _different_types(path, p, f)
+            return _different_types(walk.path_of(occurrence), p, f)
         f_level = _core.flatten_one_level_with_keys(f)
         if f_level is None:
-            return _different_types(path, p, f)
+            return _different_types(walk.path_of(occurrence), p, f)
         if _core.is_identity_type(type(p)):
             pair = (id(p), id(f))
             if pair in visited:
+                walk.skip()
                 continue
             visited.add(pair)
             alive.append((p, f))
-        (p_pairs, p_meta), (f_pairs, f_meta) = p_level, f_level
-        p_pairs, f_pairs = tuple(p_pairs), tuple(f_pairs)
+        (p_pairs, p_meta), (f_pairs, f_meta) = occurrence.node, f_level
+        f_pairs = tuple(f_pairs)
         p_keys = tuple(k for k, _ in p_pairs)
         f_keys = tuple(k for k, _ in f_pairs)
         if isinstance(p, (list, tuple)):
             if len(p) != len(f):
-                return _different_lengths(path, p, f)
+                return _different_lengths(walk.path_of(occurrence), p, f)
         elif len(p_pairs) != len(f_pairs):
-            return _different_numbers(path, p, p_keys, f_keys)
+            return _different_numbers(walk.path_of(occurrence), p, p_keys, f_keys)
         if p_meta != f_meta:
-            return _different_metadata(path, p, p_meta, f_meta)
-        for (key, p_child), (_, f_child) in reversed(tuple(zip(p_pairs, f_pairs))):
-            stack.append(((*path, key), p_child, f_child))
+            return _different_metadata(walk.path_of(occurrence), p, p_meta, f_meta)
+        full_children[occurrence.index] = tuple(child for _, child in f_pairs)
     return None
 
 

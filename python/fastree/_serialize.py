@@ -1,8 +1,9 @@
 """Stable fingerprints and a versioned byte format for treedefs.
 
-Both use one canonical, typed, length-prefixed encoding of ``PyTreeDef._state()`` (no pickle,
-no repr): the same structure gives the same bytes in every process, on every machine, under
-every ``PYTHONHASHSEED``. Values allowed in aux_data, dict keys and node data:
+Both use one canonical, typed, length-prefixed encoding of the treedef's post-order nodes
+(``PyTreeDef._nodes()``; no pickle, no repr): the same structure gives the same bytes in every
+process, on every machine, under every ``PYTHONHASHSEED``. Values allowed in aux_data, dict
+keys and node data:
 
     None, bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset,
     enum members, dataclass instances of these (not ``eq=False``; for fingerprints, with
@@ -74,9 +75,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from jax._src import tree_util as _jax_internal
-
-from . import _core, _statetree
+from . import _core, _jax_compat, _statetree
 from ._audit import short_repr
 from ._aux import _type_name
 from .tree_util import keystr
@@ -91,15 +90,24 @@ _MAX_DEPTH = 64  # nesting of values (aux_data is shallow; a cycle must not recu
 _REPEAT_LIMIT = 1 << 24
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 
-_NODE_TAGS: dict[type, bytes] = {
-    type(None): b"N",
-    tuple: b"t",
-    list: b"l",
-    dict: b"d",
-    collections.OrderedDict: b"o",
-    collections.defaultdict: b"f",
+# The built-in node kinds, written by tag; every other node (namedtuple, custom, dataclass) by
+# the name of its type. Each of these kinds has exactly one type, so the tag stands for it.
+_KIND_TAGS: dict[str, bytes] = {
+    "none": b"N",
+    "tuple": b"t",
+    "list": b"l",
+    "dict": b"d",
+    "ordered_dict": b"o",
+    "default_dict": b"f",
 }
-_TAG_NODES = {tag: tp for tp, tag in _NODE_TAGS.items()}
+_TAG_NODES: dict[bytes, type] = {
+    b"N": type(None),
+    b"t": tuple,
+    b"l": list,
+    b"d": dict,
+    b"o": collections.OrderedDict,
+    b"f": collections.defaultdict,
+}
 
 # Built-in types that are not attributes of the builtins module.
 _UNNAMED_BUILTINS: dict[tuple[str, str], type] = {
@@ -131,7 +139,7 @@ def _resolve(module: str, qualname: str) -> Any:
             return _attribute(sys.modules[module], qualname)
     matches = [
         tp
-        for tp in list(_jax_internal._registry)
+        for tp in _jax_compat.jax_registered_types()
         if getattr(tp, "__module__", None) == module
         and getattr(tp, "__qualname__", None) == qualname
     ]
@@ -425,31 +433,32 @@ class _Encoder:
         else:
             raise TypeError(f"{_value_text(v)} has no canonical encoding")
 
-    def node_type(self, tp: type) -> None:
-        tag = _NODE_TAGS.get(tp)
+    def node_type(self, kind: str, tp: type) -> None:
+        tag = _KIND_TAGS.get(kind)
         if tag is not None:
             self.out += tag
         else:
             self.named(b"q", tp)
 
-    def state(self, state: Any) -> None:
-        entries = state[1]
-        _varint(self.out, len(entries))
-        for i, (tp, data, arity, ref) in enumerate(entries):
+    def nodes(self, treedef: _core.PyTreeDef) -> None:
+        """The entries of ``treedef``'s post-order node list (the core's ``_nodes()``)."""
+        records = treedef._nodes()
+        _varint(self.out, len(records))
+        for i, (kind, tp, data, arity, _, ref, _) in enumerate(records):
             try:
-                if tp is None:
-                    if ref >= 0:
-                        self.out += b"r"
-                        _varint(self.out, ref)
-                    else:
-                        self.out += b"*"
+                if kind == "shared_ref":
+                    self.out += b"r"
+                    _varint(self.out, ref)
+                    continue
+                if kind == "leaf":
+                    self.out += b"*"
                     continue
                 self.out += b"n"
-                self.node_type(tp)
+                self.node_type(kind, tp)
                 _varint(self.out, arity)
                 self.value(data)
             except TypeError as e:
-                path = _statetree.parse_state(state)[i].path
+                path = _statetree.parse_nodes(treedef)[i].path
                 where = keystr(path) or "(root)"
                 what = "fingerprint" if self.canonical else "serialize"
                 raise TypeError(
@@ -490,7 +499,7 @@ def fingerprint(treedef: _core.PyTreeDef) -> str:
     TypeError: cannot fingerprint the ...Box node at ['b']: ... compares by identity ...
     """
     enc = _Encoder(canonical=True)
-    enc.state(treedef._state())
+    enc.nodes(treedef)
     return hashlib.sha256(_FINGERPRINT_PREFIX + bytes(enc.out)).hexdigest()
 
 
@@ -505,7 +514,7 @@ def serialize(treedef: _core.PyTreeDef) -> bytes:
     """
     enc = _Encoder(canonical=False)
     enc.out += MAGIC + bytes([VERSION])
-    enc.state(treedef._state())
+    enc.nodes(treedef)
     return bytes(enc.out)
 
 

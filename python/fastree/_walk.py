@@ -1,16 +1,18 @@
-"""One linear, cycle-safe walk of a live pytree in Python, shared by the helper walkers.
+"""The one walk of a live pytree in Python: linear, cycle-safe, honouring ``is_leaf``.
 
 The core flattens in C++; a few diagnostics walk the user's tree in Python instead, one level at
-a time through ``_core.flatten_one_level_with_keys``: ``fastree.audit``, ``fastree.find_shared``
-and the aux_data reporter (``_aux._locate``). A naive walk there is a trap on exactly the inputs
-those diagnostics exist for: a node reached through two paths is walked twice (a 40-level DAG
-with two references per level is 2**40 paths), a cycle is walked forever, and building each
-node's key path by tuple concatenation is quadratic on a deep tree. :class:`Walk` avoids all
-three:
+a time through ``_core.flatten_one_level_with_keys``: ``fastree.audit``, ``fastree.find_shared``,
+the aux_data reporter (``_aux._locate``) and the explanation of a structure mismatch
+(``_map_errors``, for ``tree_map`` and ``tree_broadcast``). A naive walk there is a trap on
+exactly the inputs those diagnostics exist for: a node reached through two paths is walked twice
+(a 40-level DAG with two references per level is 2**40 paths), a cycle is walked forever, and
+building each node's key path by tuple concatenation is quadratic on a deep tree. :class:`Walk`
+avoids all three:
 
 * every object is visited once, remembered by ``id`` (the walk keeps each object alive so that
   an id cannot be reused by a new object during the walk); a later occurrence is reported as a
-  repeat of the first and not descended into;
+  repeat of the first and not descended into. ``once=False`` walks every path instead, as
+  flatten does (a DAG of plain nodes is expanded; the caller decides what to skip);
 * an object met again while its own subtree is still being walked is a cycle. Strict walks raise
   what flatten raises for it: ``ValueError`` naming the type and both key paths if an
   identity-preserving node lies on the cycle, else flatten's ``RecursionError``. Lenient walks
@@ -18,7 +20,8 @@ three:
 * nesting deeper than ``sys.getrecursionlimit()`` is flatten's ``RecursionError`` too (strict) or
   ends the walk (lenient). This also bounds trees whose flatten functions make a fresh
   child object on every call, which no memo by id can recognise;
-* key paths are stored as (parent, key) links and built only for the nodes a caller asks about.
+* key paths are stored as (parent, key) links and built only for the nodes a caller asks about
+  (and, with ``is_leaf_takes_path``, for the ``is_leaf`` calls).
 
 So a walk costs one ``flatten_one_level_with_keys`` per distinct object plus the paths asked for.
 ``is_leaf`` is honoured: an object it accepts is a leaf and not descended into.
@@ -42,9 +45,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-import jax.tree_util as _jtu
-
 from . import _core
+from ._jax_compat import tree_util as _jtu
 
 # flatten's RecursionError text (csrc/treedef.h, kFlattenRecursionWhere, after CPython's own
 # "maximum recursion depth exceeded"); tests/test_walkers.py checks that the two agree.
@@ -73,6 +75,7 @@ class Occurrence(NamedTuple):
         first: whether this is the object's first occurrence (only those are descended into).
         node: on a first occurrence of a node, ``flatten_one_level_with_keys(obj)``: its
             (key, child) pairs as a list and its aux_data; None for a leaf or a repeat.
+        position: the number of ``obj`` among its parent's children (-1 at the root).
     """
 
     obj: Any
@@ -81,34 +84,52 @@ class Occurrence(NamedTuple):
     key: Any
     first: bool
     node: tuple[list[tuple[Any, Any]], Any] | None
+    position: int = -1
 
 
 _EXIT = object()  # stack marker: the subtree of the node below it is done
 
 
 class Walk:
-    """A pre-order walk of ``tree`` that visits each object once; iterate it for occurrences.
+    """A pre-order walk of ``tree``; iterate it for occurrences.
 
     Args:
         tree: the pytree.
-        is_leaf: as in ``tree_flatten`` (one argument); an accepted object is not descended into.
+        is_leaf: as in ``tree_flatten``; an accepted object is not descended into.
         strict: raise flatten's errors on a cycle, on too deep a tree and when a node's flatten
             function raises. When False (the aux_data reporter) a cycle's repeat is reported
             as a repeat, a node whose flatten (or is_leaf) raises is taken as a leaf, and the
             walk ends quietly at the first node deeper than the limit.
+        once: visit each object once (a later occurrence is a repeat, not descended into).
+            When False every path is walked, as flatten walks it; each occurrence then has an
+            index of its own, and only a cycle is reported as a repeat (or raised, strict).
+        is_leaf_takes_path: call ``is_leaf(key_path, obj)`` rather than ``is_leaf(obj)``.
+
+    While iterating, :meth:`skip` keeps the walk out of the node just yielded.
     """
 
     def __init__(
-        self, tree: Any, is_leaf: Callable[[Any], Any] | None = None, *, strict: bool = True
+        self,
+        tree: Any,
+        is_leaf: Callable[..., Any] | None = None,
+        *,
+        strict: bool = True,
+        once: bool = True,
+        is_leaf_takes_path: bool = False,
     ) -> None:
         self.tree = tree
         self.is_leaf = is_leaf
         self.strict = strict
+        self.once = once
+        self.is_leaf_takes_path = is_leaf_takes_path
         self.objects: list[Any] = []  # by index; keeps every id in `_index` valid
         self.parents: list[int] = []
         self.keys: list[Any] = []
+        # id -> index: every object met (once=True), or the open nodes only (once=False).
         self._index: dict[int, int] = {}
         self._open: list[bool] = []  # True while the object's subtree is being walked
+        self._skip = False
+        self._kinds: dict[type, str] = {}
 
     # ---- key paths
 
@@ -126,31 +147,68 @@ class Walk:
             return ()
         return (*self.path(occurrence.parent), occurrence.key)
 
+    # ---- what the core makes of a node
+
+    def kind(self, occurrence: Occurrence) -> str:
+        """The core's kind of the node at a first occurrence (see ``PyTreeDef._nodes()``).
+
+        Asked of the core through a one-node treedef rebuilt from the node data the walk read
+        (no user code runs), once per type; per object for tuple subclasses, which JAX and the
+        core count as namedtuples per object. A node the core cannot rebuild that way is taken
+        as ``"custom"``.
+        """
+        assert occurrence.node is not None
+        tp = type(occurrence.obj)
+        kind = self._kinds.get(tp)
+        if kind is None:
+            pairs, aux = occurrence.node
+            muted = hooks_muted_now()
+            _muted.on = True
+            try:
+                one_node = _core.PyTreeDef.from_node_data_and_children(
+                    (tp, aux), [_LEAF] * len(pairs)
+                )
+                kind = one_node._nodes()[-1][0]
+            except Exception:  # noqa: BLE001 - not rebuildable from its node data: see above
+                kind = "custom"
+            finally:
+                _muted.on = muted
+            if not issubclass(tp, tuple):
+                self._kinds[tp] = kind
+        return kind
+
     # ---- the walk
+
+    def skip(self) -> None:
+        """Do not descend into the node just yielded (call before asking for the next one)."""
+        self._skip = True
 
     def __iter__(self) -> Iterator[Occurrence]:
         limit = sys.getrecursionlimit()
-        index_of, open_, one_level = self._index, self._open, self._one_level
-        stack: list[Any] = [(-1, None, self.tree, 0)]
+        index_of, open_, one_level, once = self._index, self._open, self._one_level, self.once
+        stack: list[Any] = [(-1, None, self.tree, 0, -1)]
         while stack:
             item = stack.pop()
             if item[0] is _EXIT:
                 open_[item[1]] = False
+                if not once:
+                    del index_of[id(self.objects[item[1]])]
                 continue
-            parent, key, obj, depth = item
+            parent, key, obj, depth, position = item
             seen = index_of.get(id(obj))
             if seen is not None:
                 if open_[seen] and self.strict:
                     raise self._cycle_error(seen, parent, key)
-                yield Occurrence(obj, seen, parent, key, False, None)
+                yield Occurrence(obj, seen, parent, key, False, None, position)
                 continue
             index = len(self.objects)
-            index_of[id(obj)] = index
+            if once:
+                index_of[id(obj)] = index
             self.objects.append(obj)
             self.parents.append(parent)
             self.keys.append(key)
             open_.append(False)
-            node = one_level(obj)
+            node = one_level(obj, parent, key)
             if node is not None and depth > limit:
                 if self.strict:
                     raise RecursionError(FLATTEN_RECURSION_MESSAGE)
@@ -159,17 +217,37 @@ class Walk:
                 # stopped it): end the walk rather than explore a subtree that may be
                 # unbounded (a flatten function that makes fresh children on every call).
                 return
-            yield Occurrence(obj, index, parent, key, True, node)
+            self._skip = False
+            yield Occurrence(obj, index, parent, key, True, node, position)
+            if self._skip:
+                self._skip = False
+                continue
             if node is not None and node[0]:
                 open_[index] = True
+                if not once:
+                    index_of[id(obj)] = index
                 stack.append((_EXIT, index))
-                stack.extend([(index, k, c, depth + 1) for k, c in reversed(node[0])])
+                children = node[0]
+                stack.extend(
+                    [
+                        (index, children[n][0], children[n][1], depth + 1, n)
+                        for n in range(len(children) - 1, -1, -1)
+                    ]
+                )
 
-    def _one_level(self, obj: Any) -> tuple[list[tuple[Any, Any]], Any] | None:
+    def _one_level(
+        self, obj: Any, parent: int, key: Any
+    ) -> tuple[list[tuple[Any, Any]], Any] | None:
         """(key-child pairs, aux_data) of a node; None for a leaf (by is_leaf or by type)."""
         try:
-            if self.is_leaf is not None and self.is_leaf(obj):
-                return None
+            if self.is_leaf is not None:
+                if self.is_leaf_takes_path:
+                    path = () if parent < 0 else (*self.path(parent), key)
+                    stop = self.is_leaf(path, obj)
+                else:
+                    stop = self.is_leaf(obj)
+                if stop:
+                    return None
             muted = hooks_muted_now()
             _muted.on = True
             try:
@@ -207,3 +285,6 @@ class Walk:
                     f"itself (again at key path {_jtu.keystr(again)})."
                 )
         return RecursionError(FLATTEN_RECURSION_MESSAGE)
+
+
+_LEAF = _core.tree_structure(0)

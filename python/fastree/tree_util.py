@@ -12,8 +12,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from . import _core
-from ._jax_compat import internal as _jax_internal
+from . import _core, _map_errors
 from ._jax_compat import tree_util as _jtu
 from ._core import PyTreeDef as PyTreeDef
 from ._core import tree_flatten as tree_flatten
@@ -163,10 +162,11 @@ def tree_broadcast(
     try:
         tree_map(extend, prefix_tree, full_tree, is_leaf=is_leaf)
     except ValueError:
-        errors = _jax_internal.prefix_errors(prefix_tree, full_tree)
-        if not errors:
+        # JAX's message, which JAX finds with its prefix_errors (is_leaf not passed there).
+        found = _map_errors.first_difference(prefix_tree, full_tree, None, False)
+        if found is None:
             raise
-        raise errors[0]("broadcast_prefix prefix_tree") from None
+        raise found("broadcast_prefix prefix_tree") from None
     return tree_structure(full_tree).unflatten(leaves)
 
 
