@@ -86,8 +86,9 @@ inline Py_ssize_t JaxRegistrySize() {
 
 const Registration* ClassifySlow(PyTypeObject* type);
 
-// The registration that applies to `obj`. Never fails, never returns null.
-inline const Registration* Classify(PyObject* obj) {
+// The registration that applies to `obj`. Never fails, never returns null. Forced inline: it
+// runs once per leaf, and as a call it was a fifth of flattening a list of floats.
+[[gnu::always_inline]] inline const Registration* Classify(PyObject* obj) {
     PyTypeObject* t = Py_TYPE(obj);
     if (t == &PyTuple_Type) return &kTuple;
     if (t == &PyList_Type) return &kList;

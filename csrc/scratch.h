@@ -13,15 +13,14 @@
 
 namespace fastree {
 
-template <class T>
+template <class T, class Alloc = std::allocator<T>>
 class Scratch {
  public:
+    using Vector = std::vector<T, Alloc>;
+
     Scratch() {
-        auto& pool = Pool();
-        if (!pool.empty()) {
-            items_ = std::move(pool.back());
-            pool.pop_back();
-        }
+        Pool& pool = GetPool();
+        if (pool.count > 0) items_ = std::move(pool.slots[--pool.count]);
     }
     ~Scratch() {
         // Callers normally leave the vector empty (ownership of its references moved
@@ -32,22 +31,30 @@ class Scratch {
         }
         items_.clear();
         constexpr size_t kKeepBytes = size_t{8} << 20;  // don't pin huge buffers forever
-        auto& pool = Pool();
-        if (items_.capacity() * sizeof(T) <= kKeepBytes && pool.size() < 8) {
-            pool.push_back(std::move(items_));
+        Pool& pool = GetPool();
+        if (pool.count < kPoolSize && items_.capacity() * sizeof(T) <= kKeepBytes) {
+            pool.slots[pool.count++] = std::move(items_);
         }
     }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
 
-    std::vector<T>& get() { return items_; }
+    Vector& get() { return items_; }
 
  private:
-    static std::vector<std::vector<T>>& Pool() {
-        static auto* pool = new std::vector<std::vector<T>>();  // guarded by the GIL
+    // A fixed stack of spare vectors: taking and returning one is a move of three pointers,
+    // with none of a growable pool's bookkeeping (a 3-leaf flatten takes two per call).
+    // Nesting deeper than kPoolSize (re-entrant flattens) just allocates.
+    static constexpr size_t kPoolSize = 8;
+    struct Pool {
+        Vector slots[kPoolSize];
+        size_t count = 0;
+    };
+    static Pool& GetPool() {
+        static Pool* pool = new Pool();  // guarded by the GIL; never destroyed (exit order)
         return *pool;
     }
-    std::vector<T> items_;
+    Vector items_;
 };
 
 using ScratchVector = Scratch<PyObject*>;

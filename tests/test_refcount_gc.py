@@ -262,6 +262,18 @@ def test_treedef_traverse_reports_aux():
     assert any(r is holder for r in _transitive_referents(td, depth=3))
 
 
+def test_treedef_owning_no_references_is_untracked():
+    # Like a tuple of atomic objects in CPython: nothing it holds can close a cycle.
+    for tree in [(1, 2.0), [None, (3,)], 5, None]:
+        assert not gc.is_tracked(tu.tree_structure(tree))
+    # Dict keys and node data are references: those treedefs are tracked.
+    for tree in [{"a": 1}, Pair(1, 2, tag=Holder()), collections.OrderedDict(a=1)]:
+        assert gc.is_tracked(tu.tree_structure(tree))
+    # Derived treedefs follow the same rule.
+    td = tu.tree_structure(([1], {"k": 2}))
+    assert [gc.is_tracked(c) for c in td.children()] == [False, True]
+
+
 def _transitive_referents(obj, depth):
     seen, frontier = [], [obj]
     for _ in range(depth):

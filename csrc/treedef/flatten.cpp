@@ -163,6 +163,24 @@ class Flattener {
         return true;
     }
 
+    // AddLeaf for a reference the caller holds and gives up: it moves into the leaf list. The
+    // list and dict walks hold each child while visiting it; AddLeaf would take a second
+    // reference and the caller then drop its own, two more writes to every leaf.
+    bool AddOwnedLeaf(Ref& obj) {
+        if constexpr (kPaths) {
+            Ref path(PathTuple());
+            if (!path) return false;
+            Ref pair(PyTuple_Pack(2, path.get(), obj.get()));
+            if (!pair) return false;
+            paths_->push_back(pair.get());  // may throw: the Ref still owns the pair then
+            pair.release();
+        }
+        leaves_->push_back(obj.get());  // may throw: `obj` still owns the reference then
+        obj.release();
+        if constexpr (kDef) def_->nodes.push_back(kLeafNode);
+        return true;
+    }
+
     // Appends the node for a container whose children have just been visited.
     // `node_data` is stolen.
     void PushNode(NodeKind kind, Py_ssize_t arity, size_t leaves_before, size_t nodes_before,
@@ -196,6 +214,34 @@ class Flattener {
             (void)key;
             return one_level_ ? AddLeaf(child) : Visit(child);
         }
+    }
+
+    // Child() for a child held by `child`, whose reference a leaf takes over (AddOwnedLeaf);
+    // a node is visited while `child` keeps holding it.
+    bool ChildOwned(Ref& child, PyObject* key) {
+        if constexpr (kPaths) {
+            if (key == nullptr) return false;
+            path_.Push(key);
+            bool ok = one_level_ ? AddOwnedLeaf(child) : VisitOwned(child);
+            path_.Pop();
+            return ok;
+        } else {
+            (void)key;
+            return one_level_ ? AddOwnedLeaf(child) : VisitOwned(child);
+        }
+    }
+
+    // Visit() for a held object (see ChildOwned).
+    [[gnu::always_inline]] bool VisitOwned(Ref& owned) {
+        PyObject* obj = owned.get();
+        if (is_leaf_ != nullptr) {
+            int leaf = CallIsLeaf(obj);
+            if (leaf < 0) return false;
+            if (leaf) return AddOwnedLeaf(owned);
+        }
+        const Registration* reg = registry::Classify(obj);
+        if (reg->kind == NodeKind::kLeaf) return AddOwnedLeaf(owned);
+        return VisitNode(obj, reg);
     }
 
     PyObject* PathTuple() { return path_.NewTuple(); }
@@ -244,6 +290,9 @@ class Flattener {
         }
         // Tuples are immutable and `obj` is kept alive by our caller: items can be borrowed.
         for (Py_ssize_t i = 0; i < n; ++i) {
+            if (i + kPrefetchDistance < n) {  // see VisitList
+                PrefetchForWrite(PyTuple_GET_ITEM(obj, i + kPrefetchDistance));
+            }
             PyObject* key = nullptr;
             if constexpr (kPaths) {
                 if (fields) {
@@ -277,10 +326,15 @@ class Flattener {
         // the size each step and hold a reference to the item we descend into.
         Py_ssize_t i = 0;
         for (; i < PyList_GET_SIZE(obj); ++i) {
+            // The reference taken below misses the cache on every leaf of a big list: ask for
+            // the one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
+            if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
+                PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
+            }
             Ref item(Py_NewRef(PyList_GET_ITEM(obj, i)));
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Sequence(i);
-            if (!Child(item.get(), key)) return false;
+            if (!ChildOwned(item, key)) return false;
         }
         if constexpr (kDef) PushNode(NodeKind::kList, i, leaves_before, nodes_before);
         return true;
@@ -301,8 +355,10 @@ class Flattener {
             if (i + 1 < items.size()) PrefetchDictEntries(items[i + 1].value);
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Dict(items[i].key);
-            bool ok = Child(items[i].value, key);
-            Py_CLEAR(items[i].value);
+            Ref value(items[i].value);  // the item's reference, taken over
+            items[i].value = nullptr;
+            bool ok = ChildOwned(value, key);
+            value = Ref();
             Py_CLEAR(items[i].key);
             if (!ok) {
                 ReleaseItems(items, i + 1);
@@ -409,7 +465,7 @@ class Flattener {
             return true;
         }
         Py_INCREF(obj);  // owned by the map from here on
-        if constexpr (kPaths) entry_depth_[obj] = path_.size();
+        if constexpr (kPaths) EntryDepth()[obj] = path_.size();
         bool ok = reg->kind == NodeKind::kDataclass ? VisitDataclass(obj, reg)
                                                     : VisitCustom(obj, reg);
         if (!ok) return false;
@@ -420,7 +476,7 @@ class Flattener {
     bool RaiseCycle(PyObject* obj) {
         if constexpr (kPaths) {
             std::vector<PyObject*> outer(path_.entries().begin(),
-                                        path_.entries().begin() + entry_depth_[obj]);
+                                        path_.entries().begin() + EntryDepth()[obj]);
             std::string outer_path = KeyStr(outer);
             std::string inner_path = KeyStr(path_.entries());
             PyErr_Format(PyExc_ValueError,
@@ -569,7 +625,12 @@ class Flattener {
     std::unique_ptr<PointerMap> seen_;
     // kPaths only: depth of path_ at which each identity-preserving object was entered, so a
     // cycle error can name both the object's key path and where it reappears.
-    std::unordered_map<PyObject*, size_t> entry_depth_;
+    // Allocated on first use, like seen_: a flatten with no such node never pays for a map.
+    std::unique_ptr<std::unordered_map<PyObject*, size_t>> entry_depth_;
+    std::unordered_map<PyObject*, size_t>& EntryDepth() {
+        if (!entry_depth_) entry_depth_ = std::make_unique<std::unordered_map<PyObject*, size_t>>();
+        return *entry_depth_;
+    }
 };
 
 template <bool kDef, bool kPaths>
@@ -639,10 +700,10 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef
     if (def == nullptr) return FlattenInto(tree, is_leaf, is_leaf_takes_path, nullptr, leaves, paths);
     // Nodes are collected in a warm, pooled buffer; the treedef then gets an exactly sized copy
     // (no slack kept alive, no growth copies, no per-call page faults).
-    Scratch<Node> node_buf;
+    NodeScratch node_buf;
     def->nodes.swap(node_buf.get());
     bool ok = FlattenInto(tree, is_leaf, is_leaf_takes_path, def, leaves, paths);
-    std::vector<Node> exact(def->nodes.begin(), def->nodes.end());
+    NodeVector exact(def->nodes.begin(), def->nodes.end());
     def->nodes.swap(exact);
     node_buf.get().swap(exact);  // the pooled buffer goes back to the pool
     return ok;

@@ -7,15 +7,14 @@
 
 namespace fastree {
 
-void TreeDef::Release() {
+void TreeDef::ReleaseReferences() {
     // Move out before DECREF: a finalizer run by DECREF may look at this treedef again.
-    std::vector<Node> old_nodes = std::move(nodes);
+    NodeVector old_nodes = std::move(nodes);
     std::vector<PyObject*> old_keys = std::move(keys);
     std::vector<NodePayload> old_payloads = std::move(payloads);
     nodes.clear();
     keys.clear();
     payloads.clear();
-    has_refs = false;
     for (NodePayload& payload : old_payloads) Py_XDECREF(payload.data);
     for (PyObject* key : old_keys) Py_XDECREF(key);
 }

@@ -242,7 +242,12 @@ PyObject* WrapTreeDef(TreeDef&& def) {
     new (&self->def) TreeDef(std::move(def));
     self->hash = -1;
     self->weakrefs = nullptr;
-    PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
+    // A treedef that owns no references (tuples, lists and None only) cannot be part of a
+    // reference cycle, so, as CPython does for tuples of atomic objects, it is left untracked:
+    // a small flatten then skips tracking and untracking, and collections skip it.
+    if (!self->def.keys.empty() || !self->def.payloads.empty()) {
+        PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
+    }
     return reinterpret_cast<PyObject*>(self);
 }
 
