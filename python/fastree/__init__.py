@@ -18,24 +18,19 @@ from ._core import PyTreeDef as PyTreeDef  # noqa: E402
 from ._jax_bridge import from_jax as from_jax  # noqa: E402
 from ._jax_bridge import to_jax as to_jax  # noqa: E402
 
-# Static metadata: aux_data checks, structure diffs, fingerprints and serialization.
-from . import _aux, _diff, _serialize  # noqa: E402
+# Static metadata: aux_data checks and settings; PyTreeDef's Python-implemented methods (diff,
+# fingerprint, serialize, JAX's proto encoding), attached in one place.
+from . import _config, _treedef_methods  # noqa: E402
 
-_aux.install()
-PyTreeDef.diff = _diff._treedef_diff  # type: ignore[attr-defined]
-PyTreeDef.fingerprint = _serialize.fingerprint  # type: ignore[attr-defined]
-PyTreeDef.serialize = _serialize.serialize  # type: ignore[attr-defined]
-PyTreeDef.serialize_using_proto = _jax_bridge.serialize_using_proto  # type: ignore[attr-defined]
-PyTreeDef.deserialize_using_proto = staticmethod(  # type: ignore[attr-defined]
-    _jax_bridge.deserialize_using_proto
-)
+_config.install()
+_treedef_methods.attach()
 
 from ._audit import AuditEntry as AuditEntry  # noqa: E402
 from ._audit import AuditReport as AuditReport  # noqa: E402
 from ._audit import audit as audit  # noqa: E402
 from ._aux import AuxDataWarning as AuxDataWarning  # noqa: E402
-from ._aux import config as config  # noqa: E402
-from ._aux import strict_aux as strict_aux  # noqa: E402
+from ._config import config as config  # noqa: E402
+from ._config import strict_aux as strict_aux  # noqa: E402
 from ._diff import StructureDiff as StructureDiff  # noqa: E402
 from ._diff import structure_diff as structure_diff  # noqa: E402
 from ._serialize import deserialize as deserialize  # noqa: E402

@@ -16,13 +16,13 @@ key and a treedef only matches a cached one if every aux_data compares equal:
 
 The audit walks the tree once in Python (``_walk.Walk``): each object once however many paths
 lead to it, so its cost is linear in the distinct nodes, and a cycle raises what flatten
-raises. aux_data values are looked into once per distinct container, and shown through
+raises; which nodes are custom ones is the core's answer (``Walk.kind``). aux_data values are
+looked into once per distinct container (``_values.ValueWalk``), and shown through
 :func:`short_repr`, which stops after its limit.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import enum
 import math
@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from . import _aux
+from ._values import ATOM, CYCLE, ENTER, LEAVE, ValueWalk, never
 from ._walk import Walk
 from .tree_util import keystr
 
-_BUILTIN_NODES = (type(None), tuple, list, dict, collections.OrderedDict, collections.defaultdict)
+_CUSTOM_KINDS = ("custom", "dataclass")  # the core's kinds of the nodes the audit lists
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,7 @@ def short_repr(value: Any, limit: int = 80) -> str:
     pieces: list[str] = []
     size = 0
     try:
-        for piece in _repr_pieces(value, set()):
+        for piece in _repr_pieces(value):
             pieces.append(piece)
             size += len(piece)
             if size > limit:
@@ -112,32 +113,40 @@ def short_repr(value: Any, limit: int = 80) -> str:
 _BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})")}
 
 
-def _repr_pieces(value: Any, open_ids: set[int]) -> Iterator[str]:
-    """repr(value) in pieces, lazily, for the exact built-in containers; repr() of the rest."""
+def _written_piecewise(value: Any, depth: int) -> bool:
+    # The exact built-in containers, unless empty (never bool() of anything else: an array).
     tp = type(value)
-    if (tp is not dict and tp not in _BRACKETS) or not value:  # (never bool() of an array)
-        yield repr(value)
-        return
-    if id(value) in open_ids:  # repr's own notation for a container inside itself
-        yield "{...}" if tp is dict else "[...]"
-        return
-    open_ids.add(id(value))
-    if tp is dict:
-        yield "{"
-        for n, (k, v) in enumerate(list(value.items())):
-            yield ", " if n else ""
-            yield from _repr_pieces(k, open_ids)
-            yield ": "
-            yield from _repr_pieces(v, open_ids)
-        yield "}"
-    else:
-        opener, closer = _BRACKETS[tp]
-        yield opener
-        for n, item in enumerate(list(value)):
-            yield ", " if n else ""
-            yield from _repr_pieces(item, open_ids)
-        yield "," + closer if tp is tuple and len(value) == 1 else closer
-    open_ids.discard(id(value))
+    return (tp is dict or tp in _BRACKETS) and bool(value)
+
+
+def _repr_pieces(value: Any) -> Iterator[str]:
+    """repr(value) in pieces, lazily, for the exact built-in containers; repr() of the rest.
+
+    Shared containers are written at every occurrence, as repr writes them (the caller stops
+    after its limit); a container inside itself is written in repr's own notation.
+    """
+    open_: list[list[Any]] = []  # per open container: [its type, how many items are written]
+    walk = ValueWalk(_written_piecewise, _aux.items, memo_key=never)
+    for event, item, _, _ in walk.events(value):
+        tp = type(item)
+        if event == LEAVE:
+            open_.pop()
+            closer = "}" if tp is dict else _BRACKETS[tp][1]
+            yield "," + closer if tp is tuple and len(item) == 1 else closer
+            continue
+        if open_:  # the separator before this item of the innermost open container
+            holder = open_[-1]
+            n = holder[1]
+            holder[1] += 1
+            if n:
+                yield ": " if holder[0] is dict and n % 2 else ", "
+        if event == ENTER:
+            yield "{" if tp is dict else _BRACKETS[tp][0]
+            open_.append([tp, 0])
+        elif event == CYCLE:  # repr's own notation for a container inside itself
+            yield "{...}" if tp is dict else "[...]"
+        else:  # anything else, or an empty container: its own repr
+            yield repr(item)
 
 
 def _uses_identity_eq(value: Any) -> bool:
@@ -160,6 +169,14 @@ def _uses_identity_eq(value: Any) -> bool:
     return tp.__eq__ is object.__eq__
 
 
+def _right_to_left(container: Any) -> list[Any]:
+    # The audit has always listed an aux_data's problems in this order (last item first; a
+    # dict's values, then its keys): kept, so that reports read as before.
+    if type(container) is dict:
+        return [*reversed(container.values()), *reversed(container.keys())]
+    return list(reversed(list(container)))
+
+
 def _aux_problems(aux: Any) -> list[str]:
     problems: list[str] = []
 
@@ -167,25 +184,16 @@ def _aux_problems(aux: Any) -> list[str]:
         if text not in problems:
             problems.append(text)
 
-    # Each distinct container once (by id; the aux keeps them alive): shared sub-values cost
-    # nothing more and a container holding itself ends the walk.
-    stack = [aux]
-    seen: set[int] = set()
-    while stack and len(seen) < 10_000:
-        value = stack.pop()
+    # Each distinct container once (_values.ValueWalk): shared sub-values cost nothing more
+    # and a container holding itself ends the walk.
+    walk = ValueWalk(_aux.is_container, _right_to_left, max_containers=10_000)
+    for event, value, _, _ in walk.events(aux):
         tp = type(value)
-        if tp in (tuple, list, set, frozenset, dict):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-        if tp in (list, dict, set):
-            add(f"mutable container: {tp.__name__}")
-        if tp in (tuple, list, set, frozenset):
-            stack.extend(value)
+        if event == ENTER:
+            if tp in (list, dict, set):
+                add(f"mutable container: {tp.__name__}")
             continue
-        if tp is dict:
-            stack.extend(value.keys())
-            stack.extend(value.values())
+        if event != ATOM:
             continue
         if isinstance(value, (float, np.floating)):
             if math.isnan(value):
@@ -244,10 +252,10 @@ def audit(tree: Any, is_leaf: Callable[[Any], Any] | None = None) -> AuditReport
     for occurrence in walk:
         if occurrence.node is None:  # a leaf, or a node already listed at its first path
             continue
-        aux = occurrence.node[1]
-        tp = type(occurrence.obj)
-        namedtuple = issubclass(tp, tuple) and hasattr(tp, "_fields") and aux is tp
-        if tp not in _BUILTIN_NODES and not namedtuple:
+        if walk.kind(occurrence) in _CUSTOM_KINDS:
+            aux = occurrence.node[1]
             path = walk.path(occurrence.index)
-            entries.append(AuditEntry(path, tp, short_repr(aux), tuple(_aux_problems(aux))))
+            entries.append(
+                AuditEntry(path, type(occurrence.obj), short_repr(aux), tuple(_aux_problems(aux)))
+            )
     return AuditReport(tuple(entries))

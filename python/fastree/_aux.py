@@ -25,30 +25,28 @@ but in that case it may name the path of an equal problem inside the stopped sub
 unknown path. ``_report`` also accepts ``is_leaf`` and ``key_path``: a core that passes the key
 path it is building (or, without one, its ``is_leaf``) makes the walk unnecessary (or exact).
 
->>> import fastree
->>> with fastree.strict_aux():
-...     fastree.config.strict_aux
-True
->>> fastree.config.strict_aux
-False
+Strict mode is a setting (``fastree.config.strict_aux``, ``_config.py``); the values inside an
+aux_data are walked by ``_values.ValueWalk``.
+
+>>> _find_problems(('ok', [1, 2]), strict=True)
+[('unhashable', [1, 2])]
+>>> _find_problems(('ok', [1, 2]), strict=False)
+[]
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import os
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import jax
-import jax.core
-import jax.tree_util as _jtu
 import numpy as np
 
-from . import _core
+from . import _core, _jax_compat
+from ._jax_compat import tree_util as _jtu
+from ._values import ATOM, ENTER, ValueWalk
 from ._walk import Walk, hooks_muted_now
 
 
@@ -99,11 +97,11 @@ _verdicts: dict[type, str | None] = {}  # type -> problem kind, or None for plai
 
 def _problem_of_type(tp: type, example: Any) -> str | None:
     """The problem kind of values of type ``tp`` (judged on one ``example``), or None."""
-    if issubclass(tp, jax.core.Tracer):
+    if issubclass(tp, _jax_compat.Tracer):
         return "tracer"
     if issubclass(tp, np.generic):  # numpy scalars hash and compare like Python numbers
         return None
-    if issubclass(tp, np.ndarray) or isinstance(example, jax.Array):
+    if issubclass(tp, np.ndarray) or isinstance(example, _jax_compat.Array):
         return "array"
     if hasattr(tp, "__array__") or hasattr(tp, "__jax_array__"):  # array-likes (torch, ...)
         return "array"
@@ -151,39 +149,44 @@ _MUTABLE = (list, dict, set)
 _SCAN_LIMIT = 100_000  # distinct values looked at per aux_data: never hang on a huge one
 
 
+_CONTAINERS = (tuple, list, set, frozenset, dict)
+
+
+def is_container(value: Any, depth: int = 0) -> bool:
+    """Whether the aux_data checks look into ``value`` (the built-in containers)."""
+    return type(value) in _CONTAINERS
+
+
+def items(container: Any) -> list[Any]:
+    """A container's items in reading order; a dict's keys and values alternate."""
+    if type(container) is dict:
+        return [x for item in container.items() for x in item]
+    return list(container)
+
+
 def _find_problems(aux: Any, strict: bool) -> list[tuple[str, Any]]:
     """(kind, offending value) for each distinct problem kind found in ``aux``, walk order.
 
-    Each distinct container is looked into once (by id; the aux keeps them alive), so shared
-    sub-values cost nothing more and a container that holds itself ends the walk.
+    Each distinct container is looked into once (``_values.ValueWalk``), so shared sub-values
+    cost nothing more and a container that holds itself ends the walk.
     """
     found: dict[str, Any] = {}
-    stack = [aux]
-    seen: set[int] = set()
-    while stack and len(seen) < _SCAN_LIMIT:
-        value = stack.pop()
-        tp = type(value)
-        if tp in _ATOMS or isinstance(value, type):
-            continue
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if tp in (tuple, list, set, frozenset):
-            if strict and tp in _MUTABLE:
+    walk = ValueWalk(is_container, items, max_containers=_SCAN_LIMIT)
+    for event, value, _, _ in walk.events(aux):
+        if event == ENTER:
+            if strict and type(value) in _MUTABLE:
                 found.setdefault("unhashable", value)
-            stack.extend(reversed(list(value)))
-        elif tp is dict:
-            if strict:
-                found.setdefault("unhashable", value)
-            for k, v in reversed(list(value.items())):
-                stack.extend((v, k))
-        else:
+        elif event == ATOM and not (type(value) in _ATOMS or isinstance(value, type)):
             problem = _problem_of(value)
             if problem is not None:
                 found.setdefault(problem, value)
     if strict and "unhashable" not in found and not _hashable(aux):
         found["unhashable"] = aux
     return list(found.items())
+
+
+def _is_tuple(value: Any, depth: int) -> bool:
+    return type(value) is tuple
 
 
 def _hashable(aux: Any) -> bool:
@@ -193,20 +196,15 @@ def _hashable(aux: Any) -> bool:
     path through them (2**40 for 40 levels of pairs). Each distinct tuple is checked once here
     instead. A frozenset's elements were hashed when it was built; anything else is hashed.
     """
-    stack = [aux]
-    seen: set[int] = set()
-    while stack:
-        value = stack.pop()
-        tp = type(value)
-        if tp in _ATOMS or tp is frozenset or isinstance(value, type) or id(value) in seen:
+    for event, value, _, _ in ValueWalk(_is_tuple, list).events(aux):
+        if event != ATOM:
             continue
-        seen.add(id(value))
-        if tp is tuple:
-            stack.extend(value)
+        tp = type(value)
+        if tp in _ATOMS or tp is frozenset or isinstance(value, type):
             continue
         try:
             hash(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever hash raises, the aux_data does not hash
             return False
     return True
 
@@ -312,75 +310,10 @@ def _reset_warnings() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# installation, strict mode
+# installation (by _config, at import and whenever strict mode changes)
 
 
 def _install() -> None:
     # Re-installing also empties the core's verdict cache: strict mode changes the verdicts.
     _verdicts.clear()
     _core.set_aux_hooks(_classify, _report)
-
-
-def _set_strict(strict: bool) -> None:
-    strict = bool(strict)
-    if strict != _core.strict_aux():
-        _core.set_strict_aux(strict)
-        _install()
-
-
-class Config:
-    """fastree's global settings.
-
-    Attributes:
-        strict_aux: when True, a problem in aux_data raises ``TypeError`` instead of warning,
-            and aux_data must also be hashable. Initially ``FASTREE_STRICT_AUX=1`` in the
-            environment turns it on.
-
-    >>> import fastree
-    >>> fastree.config.strict_aux = True
-    >>> fastree.config.strict_aux = False
-    """
-
-    @property
-    def strict_aux(self) -> bool:
-        return _core.strict_aux()
-
-    @strict_aux.setter
-    def strict_aux(self, value: bool) -> None:
-        _set_strict(value)
-
-    def __repr__(self) -> str:
-        return f"fastree.config(strict_aux={self.strict_aux})"
-
-
-config = Config()
-
-
-@contextlib.contextmanager
-def strict_aux(enabled: bool = True) -> Iterator[None]:
-    """Context manager: strict aux_data checks inside the block (nestable, exception-safe).
-
-    >>> import fastree, numpy as np
-    >>> import fastree.tree_util as tu
-    >>> class Box:
-    ...     def __init__(self, meta): self.meta = meta
-    >>> tu.register_pytree_node(Box, lambda b: ((), b.meta), lambda m, _: Box(m))
-    >>> tu.tree_structure(Box([1, 2]))        # a list of plain values: fine by default
-    PyTreeDef(CustomNode(Box[[1, 2]], []))
-    >>> with fastree.strict_aux():
-    ...     tu.tree_structure({'b': Box([1, 2])})
-    Traceback (most recent call last):
-    TypeError: aux_data of the ...Box node at key path ['b'] holds an unhashable list. ...
-    """
-    previous = _core.strict_aux()
-    _set_strict(enabled)
-    try:
-        yield
-    finally:
-        _set_strict(previous)
-
-
-def install() -> None:
-    """Installs the hooks and reads ``FASTREE_STRICT_AUX`` (called by ``import fastree``)."""
-    _core.set_strict_aux(os.environ.get("FASTREE_STRICT_AUX", "").strip() not in ("", "0"))
-    _install()

@@ -72,23 +72,25 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _core, _jax_compat, _statetree
 from ._audit import short_repr
-from ._aux import _type_name
+from ._aux import _type_name, items
+from ._values import ATOM, ENTER, LEAVE, REPEAT, ValueWalk
 from .tree_util import keystr
 
 MAGIC = b"FTDF"
 VERSION = 1
 _FINGERPRINT_PREFIX = b"fastree-fingerprint\x00\x01"
-_MAX_DEPTH = 64  # nesting of values (aux_data is shallow; a cycle must not recurse forever)
+_MAX_DEPTH = 64  # nesting of values: aux_data is shallow, deeper values are refused
 # Bytes a value may repeat by sharing a sub-value: 40 levels of (x, x) pairs are 40 objects
 # but 2**40 copies in the encoding. The encoding is by value, so it must write every copy;
 # past this it refuses instead of running for days.
 _REPEAT_LIMIT = 1 << 24
 _CONTAINERS = (tuple, list, dict, set, frozenset)
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 # The built-in node kinds, written by tag; every other node (namedtuple, custom, dataclass) by
 # the name of its type. Each of these kinds has exactly one type, so the tag stands for it.
@@ -271,16 +273,9 @@ def _has_nan(v: complex) -> bool:  # a float or a complex
     return math.isnan(v) if type(v) is float else math.isnan(v.real) or math.isnan(v.imag)
 
 
-class _Memo:
-    """What the encoders of one ``fingerprint``/``serialize`` call share."""
-
-    def __init__(self) -> None:
-        # (id, depth) -> (container, its encoding): each distinct container is encoded once
-        # per depth (the depth limit depends on it), and kept alive so its id stays its own.
-        self.done: dict[tuple[int, int], tuple[Any, bytes]] = {}
-        self.open: set[int] = set()  # containers being encoded: meeting one again is a cycle
-        self.repeated = 0  # bytes copied for repeats so far
-        self.named: dict[int, tuple[Any, bytes]] = {}  # id -> (object, tag + name encoding)
+def _by_id_and_depth(value: Any, depth: int) -> tuple[int, int]:
+    # Each distinct container is encoded once per depth: the depth limit depends on it.
+    return id(value), depth
 
 
 class _Encoder:
@@ -288,19 +283,23 @@ class _Encoder:
     object before; serialization mode keeps dict order and checks that every named object can
     be found again by name.
 
-    Each distinct container is encoded once (see ``_Memo``); a repeat copies its bytes, up to
-    ``_REPEAT_LIMIT`` in all, so the cost stays linear in the distinct values. A container met
-    inside itself is refused.
+    Values are walked by ``_values.ValueWalk`` (one walk for the whole treedef): each distinct
+    container is encoded once per depth, and a repeat copies its bytes, up to ``_REPEAT_LIMIT``
+    in all, so the cost stays linear in the distinct values. A container met inside itself is
+    refused.
     """
 
-    def __init__(self, canonical: bool, memo: _Memo | None = None) -> None:
+    def __init__(self, canonical: bool) -> None:
         self.canonical = canonical
         self.out = bytearray()
-        self.memo = memo if memo is not None else _Memo()
+        self.walk = ValueWalk(self._looked_into, self._items, memo_key=_by_id_and_depth)
+        self.encodings: dict[tuple[int, int], bytes] = {}  # walk's memo key -> encoding
+        self.repeated = 0  # bytes copied for repeats so far
+        self.names: dict[int, tuple[Any, bytes]] = {}  # id -> (object, tag + name encoding)
 
-    def named(self, tag: bytes, obj: Any) -> None:
+    def named(self, tag: bytes, obj: Any) -> bytes:
         """``tag`` and the name of ``obj`` (with its number in this process, canonically)."""
-        known = self.memo.named.get(id(obj))
+        known = self.names.get(id(obj))
         if known is None:
             name = _name_of(obj, resolvable=not self.canonical)
             head = bytearray()
@@ -312,93 +311,106 @@ class _Encoder:
             head += tag
             _str(head, name[0])
             _str(head, name[1])
-            known = self.memo.named[id(obj)] = (obj, bytes(head))
-        self.out += known[1]
+            known = self.names[id(obj)] = (obj, bytes(head))
+        return known[1]
 
-    def encoded(self, value: Any, depth: int) -> bytes:
-        sub = _Encoder(self.canonical, self.memo)
-        sub.value(value, depth)
-        return bytes(sub.out)
+    # ---- the value walk: what is a container, its items, and how results combine
 
-    def value(self, v: Any, depth: int = 0) -> None:
+    @staticmethod
+    def _is_dataclass_instance(v: Any) -> bool:
+        # What _scalar would reach its dataclass branch with: enum members and classes first.
+        return dataclasses.is_dataclass(v) and not isinstance(v, (type, enum.Enum))
+
+    def _looked_into(self, v: Any, depth: int) -> bool:
         if depth > _MAX_DEPTH:
             raise TypeError("value nested too deeply (more than 64 levels)")
         tp = type(v)
         if tp in _CONTAINERS:
-            self.out += self._container(v, depth)
-        else:
-            self._scalar(v, tp, depth)
+            return True
+        return tp not in _SCALARS and self._is_dataclass_instance(v)
 
-    def _container(self, v: Any, depth: int) -> bytes:
-        memo = self.memo
-        done = memo.done.get((id(v), depth))
-        if done is not None:
-            memo.repeated += len(done[1])
-            if memo.repeated > _REPEAT_LIMIT:
-                raise TypeError(
-                    f"{_value_text(v)} is shared so often that the encoding would repeat more "
-                    f"than {_REPEAT_LIMIT} bytes (a DAG of shared containers, written out by value)"
-                )
-            return done[1]
-        if id(v) in memo.open:
-            raise TypeError(f"{_value_text(v)} contains itself (a cycle)")
-        memo.open.add(id(v))
-        outer, self.out = self.out, bytearray()  # encode it on its own, to remember its bytes
-        try:
-            self._write_container(v, depth)
-            data = bytes(self.out)
-        finally:
-            self.out = outer
-            memo.open.discard(id(v))
-        memo.done[(id(v), depth)] = (v, data)
-        return data
+    def _items(self, v: Any) -> list[Any]:
+        tp = type(v)
+        if tp in _CONTAINERS:
+            return items(v)
+        problem = _dataclass_problem(tp)
+        # Serialization needs no equality, only that the rebuilt value equals the original:
+        # an identity-compared one never does; a hand-written == may.
+        if problem is not None and (self.canonical or problem.startswith(_BY_IDENTITY)):
+            raise TypeError(
+                f"{_value_text(v)} {problem}: equal-looking instances are unequal "
+                "treedefs, so its fields cannot stand for it"
+            )
+        self.named(b"a", tp)  # its name is checked before its fields are encoded
+        return [getattr(v, f.name) for f in dataclasses.fields(v)]
 
-    def _write_container(self, v: Any, depth: int) -> None:
-        out = self.out
+    def value(self, v: Any) -> None:
+        """Appends the encoding of node data ``v``."""
+        if not self._looked_into(v, 0):  # most nodes' data (None, a scalar): no walk needed
+            self.out += self._scalar(v, type(v))
+            return
+        done: list[list[bytes]] = [[]]  # per open container: its items' encodings
+        for event, item, _, key in self.walk.events(v):
+            if event == ATOM:
+                done[-1].append(self._scalar(item, type(item)))
+            elif event == ENTER:
+                done.append([])
+            elif event == LEAVE:
+                data = self._container(item, done.pop())
+                self.encodings[key] = data
+                done[-1].append(data)
+            elif event == REPEAT:
+                data = self.encodings[key]
+                self.repeated += len(data)
+                if self.repeated > _REPEAT_LIMIT:
+                    raise TypeError(
+                        f"{_value_text(item)} is shared so often that the encoding would repeat "
+                        f"more than {_REPEAT_LIMIT} bytes (a DAG of shared containers, written "
+                        "out by value)"
+                    )
+                done[-1].append(data)
+            else:  # CYCLE
+                raise TypeError(f"{_value_text(item)} contains itself (a cycle)")
+        (encoding,) = done[0]
+        self.out += encoding
+
+    def _container(self, v: Any, parts: list[bytes]) -> bytes:
+        """The encoding of container ``v`` from its items' encodings (in ``_items`` order)."""
+        out = bytearray()
         tp = type(v)
         if tp is tuple or tp is list:
             out += b"(" if tp is tuple else b"["
-            _varint(out, len(v))
-            for item in v:
-                self.value(item, depth + 1)
-        elif tp is dict:
-            items = [(self.encoded(k, depth + 1), self.encoded(x, depth + 1)) for k, x in v.items()]
+            _varint(out, len(parts))
+            out += b"".join(parts)
+        elif tp is dict:  # parts: key, value, key, value, ...
+            starts: Iterable[int] = range(0, len(parts), 2)
             if self.canonical:
-                items.sort()
+                starts = sorted(starts, key=lambda n: (parts[n], parts[n + 1]))
+            pairs = [parts[n] + parts[n + 1] for n in starts]
             out += b"{"
-            _varint(out, len(items))
-            for k, x in items:
-                out += k + x
+            _varint(out, len(pairs))
+            out += b"".join(pairs)
         elif tp is frozenset or tp is set:
-            elements = sorted(self.encoded(x, depth + 1) for x in v)
             out += b"z" if tp is frozenset else b"S"
-            _varint(out, len(elements))
-            for e in elements:
-                out += e
+            _varint(out, len(parts))
+            out += b"".join(sorted(parts))
         else:  # a dataclass instance
-            problem = _dataclass_problem(tp)
-            # Serialization needs no equality, only that the rebuilt value equals the
-            # original: an identity-compared one never does; a hand-written == may.
-            if problem is not None and (self.canonical or problem.startswith(_BY_IDENTITY)):
-                raise TypeError(
-                    f"{_value_text(v)} {problem}: equal-looking instances are unequal "
-                    "treedefs, so its fields cannot stand for it"
-                )
             fields = dataclasses.fields(v)
-            self.named(b"a", tp)
+            out += self.named(b"a", tp)
             _varint(out, len(fields))
-            for f in fields:
+            for f, part in zip(fields, parts):
                 _str(out, f.name)
-                self.value(getattr(v, f.name), depth + 1)
+                out += part
+        return bytes(out)
 
-    def _scalar(self, v: Any, tp: type, depth: int) -> None:
-        """Anything but a built-in container (a dataclass instance is one again)."""
-        out = self.out
+    def _scalar(self, v: Any, tp: type) -> bytes:
+        """The encoding of anything but a container (a dataclass instance is one)."""
         if v is None:
-            out += b"N"
-        elif tp is bool:
-            out += b"T" if v else b"F"
-        elif tp is int:
+            return b"N"
+        if tp is bool:
+            return b"T" if v else b"F"
+        out = bytearray()
+        if tp is int:
             raw = v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
             out += b"i"
             _varint(out, len(raw))
@@ -420,25 +432,21 @@ class _Encoder:
             _varint(out, len(v))
             out += v
         elif isinstance(v, enum.Enum):
-            self.named(b"e", tp)
+            out += self.named(b"e", tp)
             _str(out, v.name)
         elif isinstance(v, type):
-            self.named(b"y", v)
+            out += self.named(b"y", v)
         elif isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
             if "<" in getattr(v, "__qualname__", "<"):
                 raise TypeError(f"function {v!r} has no importable name (a lambda or local)")
-            self.named(b"p", v)
-        elif dataclasses.is_dataclass(v):
-            out += self._container(v, depth)
+            out += self.named(b"p", v)
         else:
             raise TypeError(f"{_value_text(v)} has no canonical encoding")
+        return bytes(out)
 
     def node_type(self, kind: str, tp: type) -> None:
         tag = _KIND_TAGS.get(kind)
-        if tag is not None:
-            self.out += tag
-        else:
-            self.named(b"q", tp)
+        self.out += tag if tag is not None else self.named(b"q", tp)
 
     def nodes(self, treedef: _core.PyTreeDef) -> None:
         """The entries of ``treedef``'s post-order node list (the core's ``_nodes()``)."""
