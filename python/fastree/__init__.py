@@ -48,6 +48,7 @@ from ._install import is_installed as is_installed  # noqa: E402
 from ._install import original as original  # noqa: E402
 from ._install import uninstall as uninstall  # noqa: E402
 
+# The one place the version is written: pyproject.toml reads it from here when building.
 __version__ = "0.1.0"
 
 __all__ = [

@@ -654,6 +654,9 @@ class _Reader:
     def entries(self) -> tuple[tuple[Any, Any, int, int], ...]:
         n = self.count()
         entries = []
+        # Python's one check of the post-order arity invariant. The core checks the whole state
+        # again (_treedef_from_state); this running count refuses a malformed input before
+        # reading, and importing the modules named in, what follows.
         open_subtrees = 0
         for i in range(n):
             tag = self.byte()
