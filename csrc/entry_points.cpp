@@ -30,6 +30,13 @@ PyObject* ListFrom(std::vector<PyObject*>& items) {
 enum class Want { kLeaves, kStructure, kBoth };
 
 PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
+    if (is_leaf == nullptr && !with_path) {
+        if (PyObject* out = FlattenLeafSequence(tree, want != Want::kStructure,
+                                                want != Want::kLeaves)) {
+            return out;
+        }
+        if (PyErr_Occurred()) return nullptr;
+    }
     TreeDef def;
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted

@@ -267,6 +267,16 @@ bool FlattenUpTo(const TreeDef& def, PyObject* tree, std::vector<PyObject*>* out
 // then does the work, and builds JAX's message for a mismatch); null with an error on failure.
 PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree);
 
+// leaf_sequence.cpp: a tree that is one tuple or list of leaves, flattened or rebuilt without
+// the walkers. Null with no error set where the case does not apply (the general path then does
+// the work); null with an error on failure.
+// The leaf list, the treedef, or (leaf list, treedef). No is_leaf, no key paths.
+PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def);
+// tree_map(f, tree) with no is_leaf or other trees, `tree` one tuple or list of leaves.
+PyObject* MapLeafSequence(PyObject* f, PyObject* tree);
+// `def` is one tuple or list of leaves and `leaves` an exact list or tuple of its length.
+PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves);
+
 // hash_eq.cpp.
 Py_hash_t Hash(PyTreeDefObject* self);
 int Equal(const TreeDef& a, const TreeDef& b);  // 1, 0, or -1 with an error set

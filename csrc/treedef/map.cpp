@@ -76,7 +76,11 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
     // The common call, tree_map(f, tree), has a faster walk of its own. With is_leaf, JAX's
     // every-predicate-call-before-any-f order is worth keeping; other trees must be checked
     // against the first before f runs; paths are not built there.
-    if (num_rest == 0 && is_leaf == nullptr && !with_path) return MapSinglePass(f, tree);
+    if (num_rest == 0 && is_leaf == nullptr && !with_path) {
+        if (PyObject* out = MapLeafSequence(f, tree)) return out;
+        if (PyErr_Occurred()) return nullptr;
+        return MapSinglePass(f, tree);
+    }
     ScratchTreeDef scratch_def;  // never leaves this call
     const TreeDef& def = scratch_def.def;
     ScratchVector leaves_buf;

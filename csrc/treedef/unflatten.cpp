@@ -149,6 +149,8 @@ PyObject* Unflatten(const TreeDef& def, PyObject* const* leaves, Py_ssize_t n) {
 }
 
 PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
+    if (PyObject* out = UnflattenLeafSequence(def, leaves)) return out;
+    if (PyErr_Occurred()) return nullptr;
     if (PyTuple_CheckExact(leaves)) {
         return Unflatten(def, &PyTuple_GET_ITEM(leaves, 0), PyTuple_GET_SIZE(leaves));
     }

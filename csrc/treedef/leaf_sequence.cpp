@@ -1,0 +1,126 @@
+// The commonest small tree, a tuple or list whose items are all leaves (a 3-tuple of arrays, a
+// flat parameter list), flattened and rebuilt without the general walkers.
+//
+// On such trees the walkers' set-up (pooled buffers, the walker object, a node vector grown then
+// copied to its exact size) was most of the call: flatten of a 3-leaf tuple cost 1.5x the
+// minimal C prototype. Here each result is allocated once at its exact size and filled in one
+// pass. The results are the general path's exactly (the same node bytes, so treedefs compare
+// and hash equal); anything the fast path cannot decide without running Python code (a type not
+// classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
+#include "pyutils.h"
+#include "treedef.h"
+
+namespace fastree {
+namespace {
+
+constexpr Node kLeafNode = [] {
+    Node node;
+    node.num_leaves = 1;
+    node.num_nodes = 1;
+    return node;
+}();
+
+// The items of an exact tuple or list, or null.
+PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
+    if (PyTuple_CheckExact(obj)) {
+        *kind = NodeKind::kTuple;
+        return &PyTuple_GET_ITEM(obj, 0);
+    }
+    if (PyList_CheckExact(obj)) {
+        *kind = NodeKind::kList;
+        return &PyList_GET_ITEM(obj, 0);
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
+    NodeKind kind;
+    if (SequenceItems(tree, &kind) == nullptr) return nullptr;
+    const Py_ssize_t n = Py_SIZE(tree);
+    if (n > INT32_MAX) return nullptr;
+    // The result list first: allocating can run the cyclic GC, whose finalizers may change a
+    // list `tree`. The items are read after it, and nothing from there to the end of the copy
+    // runs Python code (ClassifyCached never does).
+    Ref leaves(PyList_New(n));
+    // Failed (error set), or resized meanwhile (no error: the general path reads it as it is).
+    if (!leaves || Py_SIZE(tree) != n) return nullptr;
+    PyObject* const* items = SequenceItems(tree, &kind);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const Registration* reg = registry::ClassifyCached(items[i]);
+        if (reg == nullptr || reg->kind != NodeKind::kLeaf) {
+            // Not all leaves, or not decidable here: drop what was copied (the references are
+            // also held by `tree`, so no object dies and no Python code runs).
+            return nullptr;
+        }
+        PyList_SET_ITEM(leaves.get(), i, Py_NewRef(items[i]));
+    }
+    if (!want_def) return leaves.release();
+    TreeDef def;
+    def.nodes.reserve(static_cast<size_t>(n) + 1);
+    def.nodes.assign(static_cast<size_t>(n), kLeafNode);
+    Node& root = def.nodes.emplace_back();
+    root.kind = kind;
+    root.arity = static_cast<Count>(n);
+    root.num_leaves = static_cast<Count>(n);
+    root.num_nodes = static_cast<Count>(n + 1);
+    Ref treedef(WrapTreeDef(std::move(def)));
+    if (!treedef) return nullptr;
+    if (!want_leaves) return treedef.release();
+    PyObject* pair = PyTuple_New(2);
+    if (pair == nullptr) return nullptr;
+    PyTuple_SET_ITEM(pair, 0, leaves.release());  // steals
+    PyTuple_SET_ITEM(pair, 1, treedef.release());
+    return pair;
+}
+
+PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
+    NodeKind kind;
+    if (SequenceItems(tree, &kind) == nullptr) return nullptr;
+    const Py_ssize_t n = Py_SIZE(tree);
+    Ref out(kind == NodeKind::kTuple ? PyTuple_New(n) : PyList_New(n));
+    if (!out || Py_SIZE(tree) != n) return nullptr;  // see FlattenLeafSequence
+    PyObject* const* items = SequenceItems(tree, &kind);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const Registration* reg = registry::ClassifyCached(items[i]);
+        if (reg == nullptr || reg->kind != NodeKind::kLeaf) return nullptr;
+    }
+    // Every item is a leaf: take them all (f may change a list `tree`), then map them in place.
+    // The new container is ours alone until it is returned.
+    PyObject** target = kind == NodeKind::kTuple
+                            ? &PyTuple_GET_ITEM(out.get(), 0)
+                            : reinterpret_cast<PyListObject*>(out.get())->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* args[2] = {nullptr, target[i]};
+        PyObject* r = PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+        if (r == nullptr) return nullptr;  // f's error; `out` releases the rest
+        Py_SETREF(target[i], r);
+    }
+    return out.release();
+}
+
+PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
+    if (def.nodes.empty()) return nullptr;
+    const Node& root = def.nodes.back();
+    if (root.kind != NodeKind::kTuple && root.kind != NodeKind::kList) return nullptr;
+    if (root.num_nodes != root.arity + 1 || root.num_leaves != root.arity) return nullptr;
+    NodeKind leaves_kind;
+    if (SequenceItems(leaves, &leaves_kind) == nullptr || Py_SIZE(leaves) != root.arity) {
+        return nullptr;  // the general path reads other iterables and raises the count errors
+    }
+    const Py_ssize_t n = root.arity;
+    Ref out(root.kind == NodeKind::kTuple ? PyTuple_New(n) : PyList_New(n));
+    // Read after the allocation (see FlattenLeafSequence); a list resized meanwhile is left to
+    // the general path, which raises JAX's leaf-count error for it.
+    if (!out || Py_SIZE(leaves) != n) return nullptr;
+    PyObject* const* items = SequenceItems(leaves, &leaves_kind);
+    PyObject** target = root.kind == NodeKind::kTuple
+                            ? &PyTuple_GET_ITEM(out.get(), 0)
+                            : reinterpret_cast<PyListObject*>(out.get())->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);
+    return out.release();
+}
+
+}  // namespace fastree

@@ -1,0 +1,149 @@
+"""The one-tuple-or-list-of-leaves fast path (csrc/treedef/leaf_sequence.cpp).
+
+Flatten, leaves, structure, unflatten and tree_map of such trees skip the general walkers; these
+tests pin that the results are the general path's exactly, that anything the fast path cannot
+decide falls back, and that callbacks mutating the input are handled as JAX handles them.
+"""
+
+import gc
+
+import jax
+import numpy as np
+import pytest
+
+import fastree.tree_util as tu
+
+
+class Opaque:
+    """A leaf type no test has classified yet when it first appears (a memo miss)."""
+
+
+FLAT = [
+    (),
+    [],
+    (1.5, 2.5, 3.5),
+    [1, "a", None.__class__, b"x"],
+    (np.zeros(2), np.ones(3)),
+    [Opaque(), Opaque()],
+    (1, 2.0, "mixed", Opaque()),
+]
+NOT_FLAT = [
+    (1, (2,)),
+    [1, None],
+    [{"a": 1}, 2],
+    (1, [2, 3]),
+]
+
+
+@pytest.mark.parametrize("tree", FLAT + NOT_FLAT, ids=repr)
+def test_same_results_as_jax_and_as_the_walkers(tree):
+    leaves, td = tu.tree_flatten(tree)
+    jleaves, jtd = jax.tree_util.tree_flatten(tree)
+    assert leaves == jleaves and all(a is b for a, b in zip(leaves, jleaves))
+    assert td == tu.tree_structure(tree) and hash(td) == hash(tu.tree_structure(tree))
+    assert td.to_jax() == jtd
+    assert tu.tree_leaves(tree) == leaves
+    # A treedef made the general way (from its state) is equal and hashes equal.
+    rebuilt = tu.PyTreeDef.from_node_data_and_children(td.node_data(), td.children()) if (
+        td.node_data() is not None
+    ) else td
+    assert rebuilt == td and hash(rebuilt) == hash(td)
+    back = tu.tree_unflatten(td, leaves)
+    assert type(back) is type(tree) and back == tree
+    assert tu.tree_map(lambda x: x, tree) == jax.tree_util.tree_map(lambda x: x, tree)
+
+
+@pytest.mark.parametrize("tree", FLAT, ids=repr)
+def test_unflatten_from_any_sequence(tree):
+    _, td = tu.tree_flatten(tree)
+    leaves = tu.tree_leaves(tree)
+    for source in (list(leaves), tuple(leaves), iter(leaves)):
+        out = tu.tree_unflatten(td, source)
+        assert type(out) is type(tree) and out == tree
+
+
+def test_leaf_count_errors_are_jax_texts():
+    td = tu.tree_structure((1, 2, 3))
+    with pytest.raises(ValueError, match="Too few leaves for PyTreeDef; expected 3, got 2"):
+        tu.tree_unflatten(td, [1, 2])
+    with pytest.raises(ValueError, match="Too many leaves for PyTreeDef; expected 3"):
+        tu.tree_unflatten(td, (1, 2, 3, 4))
+
+
+def test_is_leaf_and_paths_take_the_general_path():
+    tree = (1, 2)
+    assert tu.tree_leaves(tree, is_leaf=lambda x: isinstance(x, tuple)) == [tree]
+    assert [p for p, _ in tu.tree_flatten_with_path(tree)[0]] == [
+        (jax.tree_util.SequenceKey(0),),
+        (jax.tree_util.SequenceKey(1),),
+    ]
+
+
+def test_map_error_from_f_propagates_and_nothing_leaks():
+    items = [object() for _ in range(4)]
+    before = [len(gc.get_referrers(x)) for x in items]
+
+    def f(x):
+        if x is items[2]:
+            raise KeyError("boom")
+        return x
+
+    with pytest.raises(KeyError, match="boom"):
+        tu.tree_map(f, list(items))
+    gc.collect()
+    assert [len(gc.get_referrers(x)) for x in items] == before
+
+
+def test_map_sees_the_list_as_it_was_when_f_mutates_it():
+    tree = [1, 2, 3]
+    seen = []
+
+    def f(x):
+        seen.append(x)
+        tree.clear()  # JAX has flattened before f runs: every leaf is still mapped
+        return x * 10
+
+    assert tu.tree_map(f, tree) == [10, 20, 30]
+    assert seen == [1, 2, 3]
+
+
+def test_refcounts_balance():
+    import sys
+
+    x = object()
+    base = sys.getrefcount(x)
+    for _ in range(100):
+        leaves, td = tu.tree_flatten((x, x, x))
+        tu.tree_unflatten(td, leaves)
+        tu.tree_map(lambda v: v, [x, x])
+        tu.tree_leaves([x])
+    del leaves, td
+    assert sys.getrefcount(x) == base
+
+
+def test_finalizer_shrinking_the_list_during_allocation():
+    # A finalizer run by the cyclic GC (which any allocation can start) empties the list being
+    # flattened: the result is the list as it is when read, never a stale item.
+    victim = [object() for _ in range(50)]
+
+    class Shrinker:
+        def __del__(self):
+            victim.clear()
+
+    def make_garbage():
+        a = Shrinker()
+        a.self = a  # a cycle, so only the cyclic GC frees it
+
+    thresholds = gc.get_threshold()
+    try:
+        gc.set_threshold(1)
+        for _ in range(20):
+            victim[:] = [object() for _ in range(50)]
+            make_garbage()
+            leaves = tu.tree_leaves(victim)
+            assert all(type(v) is object for v in leaves)
+            make_garbage()
+            out = tu.tree_map(lambda v: v, victim)
+            assert all(type(v) is object for v in out)
+    finally:
+        gc.set_threshold(*thresholds)
