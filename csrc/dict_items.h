@@ -70,14 +70,12 @@ inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
     return true;
 }
 
+// Keys without a total order in C (SortTotalOrderKeys declined them), owned by `items`.
 // `wrap_error`: a dict's keys are sorted as jaxlib sorts them (see key_sort.h), and a comparison
 // that raises becomes JAX's C++ ValueError; a defaultdict is sorted as JAX's Python flatten
 // sorts it (SortItemsLikeSorted).
-inline bool SortItems(PyObject* dict, Items& items, bool wrap_error) {
-    const size_t n = items.size();
-    if (n < 2) return true;
+inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error) {
     auto key_of = [](const Item& item) { return item.key; };
-    if (SortTotalOrderKeys(items.begin(), items.end(), key_of)) return true;
     if (!wrap_error) return SortItemsLikeSorted(dict, items);
     if (JaxStableSortKeys(items.begin(), items.end(), key_of)) return true;
     RaiseFromCurrent(PyExc_ValueError,
@@ -85,29 +83,48 @@ inline bool SortItems(PyObject* dict, Items& items, bool wrap_error) {
     return false;
 }
 
-// `wrap_error`: see SortItems. On failure `items` is left empty.
-inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true) {
+// `wrap_error`: see SortItemsByPython. `want_keys`: false leaves the keys out (null) where that saves
+// taking references to them (flatten without a treedef or key paths never reads a key again).
+// On failure `items` is left empty.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
+                            bool want_keys = true) {
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
-    // Borrowed while gathering (PyDict_Next runs no Python code, and push_back allocates only
-    // C++ memory, which cannot start the cyclic GC), with every value's cache miss requested up
-    // front so they overlap; the references are taken once all are in flight. Should push_back
-    // throw, nothing has been taken yet: the entries are nulled before Items' destructor runs.
+    // Borrowed while gathering and, for str or int keys, while sorting: PyDict_Next, the C
+    // comparisons of SortTotalOrderKeys and C++ allocation run no Python code (C++ allocation
+    // cannot start the cyclic GC). Every value's cache miss is requested up front, so they
+    // overlap; the references are taken once all are in flight. Should anything throw before
+    // then, the entries are nulled first, since nothing has been taken yet.
+    bool sorted;
     try {
         while (PyDict_Next(dict, &pos, &key, &value)) {
             PrefetchForWrite(value);
             items.push_back(Item{key, value});
         }
+        auto key_of = [](const Item& item) { return item.key; };
+        sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {
         for (Item& item : items) item = Item{nullptr, nullptr};
         throw;
     }
+    if (sorted) {
+        for (Item& item : items) {
+            if (want_keys) {
+                Py_INCREF(item.key);
+            } else {
+                item.key = nullptr;
+            }
+            Py_INCREF(item.value);
+        }
+        return true;
+    }
+    // Keys compared by Python's `<`: owned first, since the comparisons run Python code.
     for (Item& item : items) {
         Py_INCREF(item.key);
         Py_INCREF(item.value);
     }
-    if (!SortItems(dict, items, wrap_error)) {
+    if (!SortItemsByPython(dict, items, wrap_error)) {
         ReleaseItems(items, 0);
         return false;
     }
