@@ -96,12 +96,28 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
     // cannot start the cyclic GC). Every value's cache miss is requested up front, so they
     // overlap; the references are taken once all are in flight. Should anything throw before
     // then, the entries are nulled first, since nothing has been taken yet.
+    // Sized once (it may throw while still empty), then written in place: per-item push_back
+    // was a measurable share of flattening parameter dicts. PyDict_Next yields exactly
+    // PyDict_GET_SIZE entries, since nothing here can change the dict; the bound is belt and
+    // braces.
+    const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
+    items.ResizeForOverwrite(n);
+    Item* const first = items.begin();
+    size_t count = 0;
+    while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
+        PrefetchForWrite(value);
+        first[count].key = key;
+        first[count].value = value;
+        ++count;
+    }
+    if (count != n) {  // cannot happen; never sort or release unset entries
+        for (size_t i = 0; i < n; ++i) first[i] = Item{nullptr, nullptr};
+        items.clear();
+        PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+        return false;
+    }
     bool sorted;
     try {
-        while (PyDict_Next(dict, &pos, &key, &value)) {
-            PrefetchForWrite(value);
-            items.push_back(Item{key, value});
-        }
         auto key_of = [](const Item& item) { return item.key; };
         sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {

@@ -34,6 +34,13 @@ class SmallVector {
         }
         ++size_;
     }
+    // Makes the vector `n` long (it must be empty) without setting the elements: the caller
+    // writes every one before anything reads or releases them. May throw (std::bad_alloc)
+    // while still empty.
+    void ResizeForOverwrite(size_t n) {
+        if (n > N) heap_.resize(n);
+        size_ = n;
+    }
     size_t size() const { return size_; }
     void clear() {
         size_ = 0;

@@ -102,9 +102,9 @@ struct PyMemAllocator {
     bool operator!=(const PyMemAllocator<U>&) const noexcept { return false; }
 };
 
-using NodeVector = std::vector<Node, PyMemAllocator<Node>>;
+using NodeVector = std::vector<Node>;
 // The pooled buffer flatten builds nodes in (see Flatten).
-using NodeScratch = Scratch<Node, PyMemAllocator<Node>>;
+using NodeScratch = Scratch<Node>;
 static_assert(std::has_unique_object_representations_v<Node>,
               "Node must have no padding: Equal compares node vectors with memcmp");
 
