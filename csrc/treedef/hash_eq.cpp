@@ -85,6 +85,8 @@ bool SameShapeFast(const TreeDef& a, const TreeDef& b) {
 // Dict keys compared with ==, equal when identical (the usual case: the same interned keys)
 // without a call into Python. 1, 0, or -1 with an error set.
 int SameKeys(PyObject* const* kx, PyObject* const* ky, size_t n) {
+    // All identical, the usual case: one vectorised comparison of the pointer arrays.
+    if (n == 0 || std::memcmp(kx, ky, n * sizeof(PyObject*)) == 0) return 1;
     for (size_t k = 0; k < n; ++k) {
         if (kx[k] == ky[k]) continue;
         int eq = PyObject_RichCompareBool(kx[k], ky[k], Py_EQ);

@@ -1,0 +1,142 @@
+"""A/B of two fastree builds in one process, on the benchmark suite's builtin trees.
+
+Speed claims between builds ("no op slower than 3%") need both builds timed side by side: runs in
+separate processes on a shared 2-core machine drift by more than that. This loads the installed
+(or editable) ``fastree`` as B, and a second build, given as the directory of its ``fastree``
+package (Python files plus its compiled ``_core``), as A under the name ``fastree_base``. The
+package imports itself only relatively, and each copy of ``_core`` is its own shared object with
+its own globals, so the two coexist.
+
+Each (tree, op) is timed interleaved (A, B, A, B, ...; min over repeats), and the ratio B / A is
+reported; below 1 means B is faster. Trees with registered custom nodes are left out: a type can
+be registered with JAX only once, so one build would see them through JAX's registry and the
+other through its own, which times different code.
+
+To make a base build of an old commit::
+
+    git worktree add /tmp/base 83d042d && pip wheel --no-deps -w /tmp/base-wheel /tmp/base
+    unzip -q /tmp/base-wheel/fastree-*.whl -d /tmp/base-site
+    python scripts/ab_builds.py /tmp/base-site/fastree
+
+Usage: ``python scripts/ab_builds.py BASE_PACKAGE_DIR [--trees t1,t2] [--repeats N] [--json F]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import trees as bench_trees  # noqa: E402
+from benchmarks.leaves import leaf_factory  # noqa: E402
+from benchmarks.timing import calibrate, time_loop  # noqa: E402
+
+DEFAULT_TREES = (
+    "tuple3",
+    "mlp",
+    "transformer-12",
+    "transformer-50",
+    "transformer-1000",
+    "resnet50",
+    "adam-state",
+    "flat-100k",
+    "dict-10k",
+    "dict-10k-natural",
+    "dict-10k-flax",
+    "dict-10k-reversed",
+    "dict-10k-nearly",
+    "dict-10k-random",
+    "deep-500",
+)
+TARGET_NS = 20_000_000  # per repeat and build
+
+
+def load_base(package_dir: Path) -> Any:
+    """Imports the build in ``package_dir`` as ``fastree_base`` (copied to a temporary dir)."""
+    tmp = Path(tempfile.mkdtemp(prefix="fastree-ab-"))
+    shutil.copytree(package_dir, tmp / "fastree_base")
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("fastree_base.tree_util")
+
+
+def ops_for(tu: Any, tree: Any) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    leaves, treedef = tu.tree_flatten(tree)
+    other = tu.tree_structure(tree)
+
+    def ident(x: Any) -> Any:
+        return x
+
+    return {
+        "flatten": (tu.tree_flatten, (tree,)),
+        "leaves": (tu.tree_leaves, (tree,)),
+        "structure": (tu.tree_structure, (tree,)),
+        "unflatten": (tu.tree_unflatten, (treedef, leaves)),
+        "flatten_up_to": (treedef.flatten_up_to, (tree,)),
+        "tree_map": (tu.tree_map, (ident, tree)),
+        "tree_map2": (tu.tree_map, (lambda x, y: x, tree, tree)),
+        "flatten_with_path": (tu.tree_flatten_with_path, (tree,)),
+        "treedef_eq": (treedef.__eq__, (other,)),
+    }
+
+
+def ab(tree: Any, base: Any, new: Any, repeats: int) -> dict[str, float]:
+    """B / A time ratio per op for one tree."""
+    a_ops, b_ops = ops_for(base, tree), ops_for(new, tree)
+    ratios = {}
+    for op, (fa, args_a) in a_ops.items():
+        fb, args_b = b_ops[op]
+        loops = calibrate(fa, args_a, TARGET_NS)
+        best_a = best_b = None
+        for _ in range(repeats):
+            ta = time_loop(fa, args_a, loops)
+            tb = time_loop(fb, args_b, loops)
+            best_a = ta if best_a is None else min(best_a, ta)
+            best_b = tb if best_b is None else min(best_b, tb)
+        ratios[op] = best_b / best_a
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", type=Path, help="directory of the base build's fastree package")
+    parser.add_argument("--trees", default=",".join(DEFAULT_TREES))
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", type=Path, help="also write the ratios here")
+    args = parser.parse_args(argv)
+
+    base = load_base(args.base)
+    new = importlib.import_module("fastree.tree_util")
+    recipes = {r.name: r for r in bench_trees.RECIPES}
+    leaf = leaf_factory("numpy", "cpu")
+    wanted = [name for name in args.trees.split(",") if name]
+    unknown = [name for name in wanted if name not in recipes]
+    if unknown:
+        parser.error(f"unknown trees: {', '.join(unknown)}")
+
+    gc.disable()  # as the benchmark suite times: collections are not the operation's cost
+    results: dict[str, dict[str, float]] = {}
+    print(f"B = {new.__name__} ({Path(new.__file__).parent}), A = {args.base}")
+    print(f"{'tree':<20} " + " ".join(f"{op:>17}" for op in ops_for(new, ()).keys()))
+    for name in wanted:
+        tree = recipes[name].build(leaf)
+        results[name] = ab(tree, base, new, args.repeats)
+        print(f"{name:<20} " + " ".join(f"{r:>17.3f}" for r in results[name].values()))
+    gc.enable()
+    worst = max((r, f"{t}.{op}") for t, ops in results.items() for op, r in ops.items())
+    print(f"slowest relative to A: {worst[1]} at {worst[0]:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
