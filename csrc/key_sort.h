@@ -165,16 +165,18 @@ inline bool SmallIntValue(PyObject* key, long long* out) {
 // Otherwise false, with nothing changed.
 template <class It, class KeyOf>
 bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
+    // str keys (nearly every pytree) are checked for first, on their own.
     bool all_str = true;
-    bool all_int = true;
-    for (It it = first; it != last && (all_str || all_int); ++it) {
-        PyObject* key = key_of(*it);
-        all_str = all_str && PyUnicode_CheckExact(key);
-        all_int = all_int && PyLong_CheckExact(key);
-    }
+    for (It it = first; it != last && all_str; ++it) all_str = PyUnicode_CheckExact(key_of(*it));
+    bool all_int = !all_str;
+    for (It it = first; it != last && all_int; ++it) all_int = PyLong_CheckExact(key_of(*it));
     using Record = typename std::iterator_traits<It>::value_type;
     if (all_str) {
         auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
+        if (last - first == 2) {  // {"bias", "kernel"}: the commonest dict of all
+            if (less(first[1], first[0])) std::swap(first[0], first[1]);
+            return true;
+        }
         // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
         // with no run bookkeeping and no merge buffer to allocate.
         if (last - first <= kSmallSort) {

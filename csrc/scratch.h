@@ -13,10 +13,10 @@
 
 namespace fastree {
 
-template <class T, class Alloc = std::allocator<T>>
+template <class T>
 class Scratch {
  public:
-    using Vector = std::vector<T, Alloc>;
+    using Vector = std::vector<T>;
 
     Scratch() {
         Pool& pool = GetPool();

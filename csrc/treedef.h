@@ -15,7 +15,6 @@
 #include <Python.h>
 
 #include <cstdint>
-#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -79,31 +78,9 @@ struct Node {
 };
 static_assert(sizeof(Node) == 20, "Node is meant to stay small: one is written per leaf");
 
-// Allocates through CPython's small-object allocator (PyMem_Malloc: pymalloc up to 512 bytes,
-// malloc beyond). A 3-leaf flatten's node vector is 80 bytes, and pymalloc serves that in a
-// fraction of malloc + free's instructions. Every allocation and release happens with the GIL
-// held, as pymalloc requires (treedefs are made and dropped only by Python-facing code).
-template <class T>
-struct PyMemAllocator {
-    using value_type = T;
-    PyMemAllocator() = default;
-    template <class U>
-    PyMemAllocator(const PyMemAllocator<U>&) noexcept {}
-    T* allocate(size_t n) {
-        if (n > PY_SSIZE_T_MAX / sizeof(T)) throw std::bad_alloc();
-        void* p = PyMem_Malloc(n * sizeof(T));
-        if (p == nullptr) throw std::bad_alloc();
-        return static_cast<T*>(p);
-    }
-    void deallocate(T* p, size_t) noexcept { PyMem_Free(p); }
-    template <class U>
-    bool operator==(const PyMemAllocator<U>&) const noexcept { return true; }
-    template <class U>
-    bool operator!=(const PyMemAllocator<U>&) const noexcept { return false; }
-};
-
+// The node vector of a treedef, and the pooled one flatten builds nodes in (see Flatten). (Kept on
+// std::allocator: pymalloc measured no faster once small trees stopped growing vectors at all.)
 using NodeVector = std::vector<Node>;
-// The pooled buffer flatten builds nodes in (see Flatten).
 using NodeScratch = Scratch<Node>;
 static_assert(std::has_unique_object_representations_v<Node>,
               "Node must have no padding: Equal compares node vectors with memcmp");
