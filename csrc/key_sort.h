@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "pyutils.h"
@@ -35,8 +36,19 @@ inline bool StrLess(PyObject* a, PyObject* b) {
         const Py_ssize_t la = PyUnicode_GET_LENGTH(a);
         const Py_ssize_t lb = PyUnicode_GET_LENGTH(b);
         const Py_ssize_t common = la < lb ? la : lb;
-        // Keys are short and usually differ early: a byte loop beats a call to memcmp.
-        for (Py_ssize_t i = 0; i < common; ++i) {
+        Py_ssize_t i = 0;
+        // Eight bytes at a time while both have them: numbered keys ("key00017", "layers_12")
+        // share long prefixes, and a byte loop then dominated sorting a big, already sorted
+        // dict. Loaded big-endian, two words compare as their bytes do.
+        for (; i + 8 <= common; i += 8) {
+            uint64_t wa;
+            uint64_t wb;
+            std::memcpy(&wa, pa + i, 8);
+            std::memcpy(&wb, pb + i, 8);
+            if (wa != wb) return __builtin_bswap64(wa) < __builtin_bswap64(wb);
+        }
+        // Short keys, and the tail: they usually differ early, so a byte loop beats memcmp.
+        for (; i < common; ++i) {
             if (pa[i] != pb[i]) return pa[i] < pb[i];
         }
         return la < lb;

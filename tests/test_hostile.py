@@ -439,7 +439,8 @@ def test_dict_keys_without_a_total_order_follow_jaxs_order():
 
 
 @pytest.mark.parametrize(
-    "order", ["natural", "sorted", "reversed", "nearly", "random", "ints", "latin1", "unicode"]
+    "order",
+    ["natural", "sorted", "reversed", "nearly", "random", "ints", "latin1", "unicode", "prefixes"],
 )
 def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
     rng = random.Random(order)
@@ -466,6 +467,22 @@ def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
         )
     elif order == "ints":
         keys = [rng.randrange(-(2**70), 2**70) for _ in range(500)] + list(range(2000))
+    elif order == "prefixes":
+        # Long shared prefixes, differing before, at and after each 8-byte word boundary (str
+        # keys compare a word at a time), one key a prefix of another, bytes above 127.
+        stems = ["", "p" * 7, "p" * 8, "p" * 9, "q" * 15, "q" * 16, "q" * 17, "\xff" * 8]
+        keys = list(
+            {
+                stem + "".join(rng.choice("a\x00\x7f\x80\xffz") for _ in range(rng.randint(0, 10)))
+                for stem in stems
+                for _ in range(400)
+            }
+        )
+        rng.shuffle(keys)
+        # Small dicts too (their sort is a different routine), from 2 to 17 keys.
+        for n in range(2, 18):
+            small = {k: i for i, k in enumerate(rng.sample(keys, n))}
+            assert tu.tree_leaves(small) == jtu.tree_leaves(small)
     d = {k: i for i, k in enumerate(keys)}
     assert tu.tree_leaves(d) == jtu.tree_leaves(d)
 
