@@ -78,6 +78,14 @@ struct Node {
 };
 static_assert(sizeof(Node) == 20, "Node is meant to stay small: one is written per leaf");
 
+// Every leaf's node: copied from this constant rather than assembled per leaf.
+inline constexpr Node kLeafNode = [] {
+    Node node;
+    node.num_leaves = 1;
+    node.num_nodes = 1;
+    return node;
+}();
+
 // The node vector of a treedef, and the pooled one flatten builds nodes in (see Flatten). (Kept on
 // std::allocator: pymalloc measured no faster once small trees stopped growing vectors at all.)
 using NodeVector = std::vector<Node>;
@@ -131,6 +139,20 @@ struct TreeDef {
 
     Py_ssize_t num_leaves() const { return nodes.empty() ? 0 : nodes.back().num_leaves; }
     Py_ssize_t num_nodes() const { return static_cast<Py_ssize_t>(nodes.size()); }
+
+    // The sharing invariants live here and nowhere else: a shared reference is a one-node,
+    // leafless kSharedRef pointing at an earlier node, that node is marked as a target (unflatten
+    // keeps what it builds there), and the treedef knows it has references.
+    void AppendLeaf() { nodes.push_back(kLeafNode); }
+    void AppendSharedRef(Py_ssize_t target) {
+        Node node;
+        node.kind = NodeKind::kSharedRef;
+        node.num_nodes = 1;
+        node.ref = static_cast<Count>(target);
+        nodes.push_back(node);  // may throw (std::bad_alloc): nothing changed yet
+        nodes[static_cast<size_t>(target)].shared_target = true;
+        has_refs = true;
+    }
 
     // Stores a payload (`data` is stolen) and returns its index for Node::payload.
     Count AddPayload(PyObject* data, const Registration* custom) {

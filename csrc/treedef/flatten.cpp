@@ -22,14 +22,6 @@
 namespace fastree {
 namespace {
 
-// Every leaf's node is this one; copied from a constant rather than assembled per leaf.
-constexpr Node kLeafNode = [] {
-    Node node;
-    node.num_leaves = 1;
-    node.num_nodes = 1;
-    return node;
-}();
-
 // keystr(path): JAX's key entries print as their path segment.
 std::string KeyStr(const std::vector<PyObject*>& path) {
     std::string out;
@@ -159,7 +151,7 @@ class Flattener {
         // The reference is taken once the slot exists, so a throwing push_back leaks nothing.
         leaves_->push_back(obj);
         Py_INCREF(obj);
-        if constexpr (kDef) def_->nodes.push_back(kLeafNode);
+        if constexpr (kDef) def_->AppendLeaf();
         return true;
     }
 
@@ -177,7 +169,7 @@ class Flattener {
         }
         leaves_->push_back(obj.get());  // may throw: `obj` still owns the reference then
         obj.release();
-        if constexpr (kDef) def_->nodes.push_back(kLeafNode);
+        if constexpr (kDef) def_->AppendLeaf();
         return true;
     }
 
@@ -461,15 +453,7 @@ class Flattener {
         if (!inserted) {
             const Py_ssize_t first = slot->value;
             if (first == kInProgress) return RaiseCycle(obj);
-            if constexpr (kDef) {
-                Node node;
-                node.kind = NodeKind::kSharedRef;
-                node.num_nodes = 1;
-                node.ref = static_cast<Count>(first);
-                def_->nodes[first].shared_target = true;
-                def_->nodes.push_back(node);
-                def_->has_refs = true;
-            }
+            if constexpr (kDef) def_->AppendSharedRef(first);
             return true;
         }
         Py_INCREF(obj);  // owned by the map from here on

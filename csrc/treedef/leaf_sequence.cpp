@@ -13,13 +13,6 @@
 namespace fastree {
 namespace {
 
-constexpr Node kLeafNode = [] {
-    Node node;
-    node.num_leaves = 1;
-    node.num_nodes = 1;
-    return node;
-}();
-
 // The items of an exact tuple or list, or null.
 PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
     if (PyTuple_CheckExact(obj)) {

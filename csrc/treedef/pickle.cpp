@@ -82,13 +82,7 @@ PyObject* FromState(PyObject* state) {
                 PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef state: bad shared reference.");
                 return nullptr;
             }
-            Node node;
-            node.kind = NodeKind::kSharedRef;
-            node.num_nodes = 1;
-            node.ref = ref;
-            def.nodes[ref].shared_target = true;
-            def.nodes.push_back(node);
-            def.has_refs = true;
+            def.AppendSharedRef(ref);
             open_subtrees += 1;
             continue;
         }
@@ -97,10 +91,7 @@ PyObject* FromState(PyObject* state) {
             return nullptr;
         }
         if (type == Py_None) {
-            Node leaf;
-            leaf.num_leaves = 1;
-            leaf.num_nodes = 1;
-            def.nodes.push_back(leaf);
+            def.AppendLeaf();
         } else if (!MakeRootNode(type, data, arity, &def)) {
             return nullptr;
         }

@@ -193,10 +193,7 @@ PyObject* Compose(const TreeDef& outer, const TreeDef& inner) {
         if (node.kind == NodeKind::kLeaf) {
             out.AppendRange(inner, 0, inner.num_nodes());  // a fresh, self-contained copy
         } else if (node.kind == NodeKind::kSharedRef) {
-            Node ref = node;
-            ref.ref = moved[node.ref];
-            out.nodes.push_back(ref);
-            out.has_refs = true;
+            out.AppendSharedRef(moved[node.ref]);
         } else {
             out.AppendRange(outer, i, i + 1);
         }
@@ -241,10 +238,7 @@ PyObject* FromNodeDataAndChildren(PyObject* node_data, PyObject* children) {
             PyErr_SetString(PyExc_ValueError, "A leaf (node_data None) cannot have children.");
             return nullptr;
         }
-        Node leaf;
-        leaf.num_leaves = 1;
-        leaf.num_nodes = 1;
-        out.nodes.push_back(leaf);
+        out.AppendLeaf();
         return WrapTreeDef(std::move(out));
     }
     if (!PyTuple_Check(node_data) || PyTuple_GET_SIZE(node_data) != 2) {

@@ -35,10 +35,7 @@ void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* ds
                 CopyRange(src, node.ref - target.num_nodes + 1, node.ref + 1, dst, remap);
                 continue;  // the copy stands in for the reference
             }
-            Node copy = node;
-            copy.ref = it->second;
-            dst->nodes.push_back(copy);
-            dst->has_refs = true;
+            dst->AppendSharedRef(it->second);
             continue;
         }
         (*remap)[i] = dst->num_nodes();
