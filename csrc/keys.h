@@ -7,7 +7,8 @@
 namespace fastree {
 namespace keys {
 
-// Installs the four JAX key classes (owned references, released at interpreter exit).
+// Installs the four JAX key classes: owned references, kept for the life of the process and
+// reported to the GC through the registry object (Traverse below).
 bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
              PyObject* flattened_index_key);
 

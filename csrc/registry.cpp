@@ -369,20 +369,10 @@ void RegistryDealloc(PyObject* self) {
     Py_DECREF(tp);
 }
 
-PyObject* RegistryLen(PyObject*, PyObject*) {
-    return PyLong_FromSize_t(S().registered.size());
-}
-
-PyMethodDef kRegistryMethods[] = {
-    {"num_registered", RegistryLen, METH_NOARGS, "Number of types with a node registration."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
 PyType_Slot kRegistrySlots[] = {
     {Py_tp_traverse, reinterpret_cast<void*>(RegistryTraverse)},
     {Py_tp_clear, reinterpret_cast<void*>(RegistryClear)},
     {Py_tp_dealloc, reinterpret_cast<void*>(RegistryDealloc)},
-    {Py_tp_methods, kRegistryMethods},
     {Py_tp_doc, const_cast<char*>("fastree's node registry (owns every registration).")},
     {0, nullptr},
 };

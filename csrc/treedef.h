@@ -194,8 +194,9 @@ struct TreeDef {
 struct ScratchTreeDef {
     ScratchTreeDef() { def.nodes.swap(buffer.get()); }
     ~ScratchTreeDef() {
-        // Runs before the members' destructors: the buffer returns to the pool empty, then
-        // `def` releases its keys and payloads.
+        // Runs before the members' destructors: the pooled vector, emptied, goes back into
+        // `buffer`; then `def` (declared last, destroyed first) releases its keys and payloads,
+        // and `buffer` returns the vector to the pool.
         def.nodes.clear();
         def.nodes.swap(buffer.get());
     }

@@ -2,8 +2,9 @@
 // State format (version 1): (1, ((type, data, arity, ref), ...)) over the post-order nodes:
 //   a leaf            (None, None, 0, -1)
 //   a node            (its class, what node_data() reports as data, number of children, -1)
-//   a shared ref      (None, None, 0, index of the node it repeats)   [identity-preserving nodes] Classes pickle by qualified name, so unpickling needs the same node
-// types importable and registered; the structure is rebuilt through the same validation as
+//   a shared ref      (None, None, 0, index of the node it repeats)   [identity-preserving nodes]
+// Classes pickle by qualified name, so unpickling needs the same node types importable and
+// registered; the structure is rebuilt through the same validation as
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
 #include "pyutils.h"
 #include "treedef.h"

@@ -58,7 +58,7 @@ class PyTreeDef:
 
 # The type of `registry` (not a module attribute at runtime).
 class Registry:
-    def num_registered(self) -> int: ...
+    """The node registry's owner object: it exists so the GC can see what the core holds."""
 
 registry: Registry
 
