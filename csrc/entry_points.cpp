@@ -10,6 +10,8 @@
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

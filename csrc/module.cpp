@@ -9,6 +9,7 @@
 #include "keys.h"
 #include "registry.h"
 #include "treedef.h"
+#include "treedef_ops.h"
 
 namespace py = pybind11;
 

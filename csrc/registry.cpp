@@ -5,6 +5,7 @@
 #include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
 
 #include <memory>
 #include <unordered_map>

@@ -13,6 +13,7 @@
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

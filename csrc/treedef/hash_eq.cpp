@@ -13,6 +13,7 @@
 #include "jax_texts.h"
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
 
 namespace fastree {
 namespace {

@@ -9,6 +9,7 @@
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
 #include "pyutils.h"
 #include "treedef.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

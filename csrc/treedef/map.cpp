@@ -11,7 +11,9 @@
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
+#include "treedef_ops.h"
 #include "unflatten_with.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

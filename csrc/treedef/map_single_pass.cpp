@@ -38,6 +38,7 @@
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

@@ -3,6 +3,8 @@
 // from types and node data.
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

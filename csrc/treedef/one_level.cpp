@@ -4,6 +4,8 @@
 #include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 
 namespace fastree {
 namespace {

@@ -8,6 +8,8 @@
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 
 namespace fastree {
 

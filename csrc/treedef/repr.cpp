@@ -5,6 +5,7 @@
 
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
 
 namespace fastree {
 namespace {

@@ -6,6 +6,8 @@
 #include "keys.h"
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 #include "unflatten_with.h"
 
 namespace fastree {

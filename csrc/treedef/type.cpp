@@ -3,6 +3,8 @@
 
 #include "pyutils.h"
 #include "treedef.h"
+#include "treedef_ops.h"
+#include "walkers.h"
 // After Python.h (pulled in above): structmember.h relies on its types.
 #include <structmember.h>
 

@@ -1,6 +1,7 @@
 // Unflatten: (treedef, leaves) -> tree. Walks the post-order nodes with a value stack.
 #include "pyutils.h"
 #include "treedef.h"
+#include "walkers.h"
 #include "unflatten_with.h"
 
 namespace fastree {
