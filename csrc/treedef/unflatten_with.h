@@ -96,6 +96,9 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
     Py_ssize_t next_leaf = 0;
     const Node* const nodes = def.nodes.data();
     const Py_ssize_t num_nodes = def.num_nodes();
+    // The stack never holds more than one value per node: reserved up front (this may throw,
+    // while nothing is owned yet), every push below fits and cannot throw.
+    stack.reserve(static_cast<size_t>(num_nodes));
     for (Py_ssize_t index = 0; index < num_nodes; ++index) {
         const Node& node = nodes[index];
         PyObject* built;
@@ -107,7 +110,7 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
             // pooled stack of its own), and nothing throws before the resize that follows.
             PyObject** children = stack.data() + (stack.size() - node.arity);
             built = BuildDict(def.keys.data() + node.keys_begin, children, node.arity);
-            stack.resize(stack.size() - node.arity);
+            stack.erase(stack.end() - node.arity, stack.end());  // (resize was a call)
         } else if (node.kind == NodeKind::kSharedRef) {
             PyObject* target = shared.Find(node.ref);
             if (target == nullptr) {
@@ -119,13 +122,13 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
         } else {
             PyObject** children = stack.data() + (stack.size() - node.arity);
             built = BuildNode(def, node, children);  // consumes the children
-            stack.resize(stack.size() - node.arity);
+            stack.erase(stack.end() - node.arity, stack.end());  // (resize was a call)
         }
         if (built == nullptr) {
             DecrefAll(stack);
             return nullptr;  // `shared` releases its objects
         }
-        PushOwned(stack, built);  // (a throw releases `built`; the pool releases the stack)
+        stack.push_back(built);  // within the reserved capacity: no reallocation, no throw
         if (node.shared_target) shared.Add(index, built);
     }
     shared.Release();
