@@ -30,15 +30,16 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import trees as bench_trees  # noqa: E402
-from benchmarks.leaves import leaf_factory  # noqa: E402
-from benchmarks.timing import calibrate, time_loop  # noqa: E402
+from benchmarks import trees as bench_trees
+from benchmarks.leaves import leaf_factory
+from benchmarks.timing import calibrate, time_loop
 
 DEFAULT_TREES = (
     "tuple3",
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.disable()  # as the benchmark suite times: collections are not the operation's cost
     results: dict[str, dict[str, float]] = {}
     print(f"B = {new.__name__} ({Path(new.__file__).parent}), A = {args.base}")
-    print(f"{'tree':<20} " + " ".join(f"{op:>17}" for op in ops_for(new, ()).keys()))
+    print(f"{'tree':<20} " + " ".join(f"{op:>17}" for op in ops_for(new, ())))
     for name in wanted:
         tree = recipes[name].build(leaf)
         results[name] = ab(tree, base, new, args.repeats)

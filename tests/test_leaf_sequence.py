@@ -7,11 +7,10 @@ decide falls back, and that callbacks mutating the input are handled as JAX hand
 
 import gc
 
+import fastree.tree_util as tu
 import jax
 import numpy as np
 import pytest
-
-import fastree.tree_util as tu
 
 
 class Opaque:
@@ -44,9 +43,11 @@ def test_same_results_as_jax_and_as_the_walkers(tree):
     assert td.to_jax() == jtd
     assert tu.tree_leaves(tree) == leaves
     # A treedef made the general way (from its state) is equal and hashes equal.
-    rebuilt = tu.PyTreeDef.from_node_data_and_children(td.node_data(), td.children()) if (
-        td.node_data() is not None
-    ) else td
+    rebuilt = (
+        tu.PyTreeDef.from_node_data_and_children(td.node_data(), td.children())
+        if (td.node_data() is not None)
+        else td
+    )
     assert rebuilt == td and hash(rebuilt) == hash(td)
     back = tu.tree_unflatten(td, leaves)
     assert type(back) is type(tree) and back == tree

@@ -4,10 +4,9 @@ import collections
 import dataclasses
 from typing import NamedTuple
 
+import fastree.tree_util as tu
 import jax
 import pytest
-
-import fastree.tree_util as tu
 
 
 class Point(NamedTuple):
