@@ -101,14 +101,8 @@ const Registration* ClassifySlow(PyTypeObject* type);
 // The registration that applies to `obj`. Never fails, never returns null. Forced inline: it
 // runs once per leaf, and as a call it was a fifth of flattening a list of floats.
 [[gnu::always_inline]] inline const Registration* Classify(PyObject* obj) {
-    PyTypeObject* t = Py_TYPE(obj);
-    if (t == &PyTuple_Type) return &kTuple;
-    if (t == &PyList_Type) return &kList;
-    if (t == &PyDict_Type) return &kDict;
-    if (obj == Py_None) return &kNone;
-    const Registration* reg = t == g_memo.type && g_memo.jax_size == JaxRegistrySize()
-                                  ? g_memo.reg
-                                  : ClassifySlow(t);
+    if (const Registration* reg = ClassifyCached(obj)) return reg;
+    const Registration* reg = ClassifySlow(Py_TYPE(obj));
     return reg == &kTupleSubclass ? ClassifyTupleSubclass(obj) : reg;
 }
 
