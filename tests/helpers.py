@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import itertools
 import re
+import signal
 import subprocess
 import sys
 from typing import Any, NamedTuple
@@ -527,3 +528,54 @@ after = [sys.getrefcount(x) for x in leaf_objects]
 print("failures=%d" % failures)
 print("leaked=%r" % ([a - b for a, b in zip(after, before) if a != b][:5],))
 """
+
+
+# ------------------------------------------------------------------------------------------------
+# Walker tests: a time bound, and one plain and one identity-preserving node type.
+
+WALK_TIME_BOUND = 60  # seconds; every walker case takes well under one
+
+
+class Hang(BaseException):
+    """Raised by the alarm: a BaseException, so no `except Exception` in a walker eats it."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: int = WALK_TIME_BOUND):
+    """Raises Hang in the block once ``seconds`` have passed (SIGALRM)."""
+
+    def on_alarm(*_):
+        raise Hang(f"still running after {seconds} s: a hang or a blowup")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Plain:
+    """A plain custom node (duplicated at every path, as in JAX)."""
+
+    def __init__(self, *kids, aux=None):
+        self.kids, self.aux = list(kids), aux
+
+
+tu.register_pytree_node(Plain, lambda n: (tuple(n.kids), n.aux), lambda a, c: Plain(*c, aux=a))
+
+
+class Shared:
+    """An identity-preserving node (one node however many paths reach it)."""
+
+    def __init__(self, *kids, aux=None):
+        self.kids, self.aux = list(kids), aux
+
+
+tu.register_pytree_node(
+    Shared,
+    lambda n: (tuple(n.kids), n.aux),
+    lambda a, c: Shared(*c, aux=a),
+    preserve_identity=True,
+)

@@ -17,9 +17,7 @@ points; this file covers what is new.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import signal
 from typing import NamedTuple
 
 import fastree
@@ -29,51 +27,10 @@ import numpy as np
 import pytest
 from fastree import _audit, _aux, _core, _jax_bridge, _map_errors, _statetree, _values, _walk
 from fastree._jax_compat import tree_util as jtu
+from helpers import Plain, Shared, bounded
 
-TIME_BOUND = 60  # seconds; every case takes well under one
 DEPTH = 40
 DEEP = 10_000
-
-
-class Hang(BaseException):
-    """Raised by the alarm: a BaseException, so no `except Exception` in a walker eats it."""
-
-
-@contextlib.contextmanager
-def bounded(seconds: int = TIME_BOUND):
-    def on_alarm(*_):
-        raise Hang(f"still running after {seconds} s: a hang or a blowup")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-class Shared:
-    """An identity-preserving node."""
-
-    def __init__(self, *kids, aux=None):
-        self.kids, self.aux = list(kids), aux
-
-
-tu.register_pytree_node(
-    Shared,
-    lambda n: (tuple(n.kids), n.aux),
-    lambda a, c: Shared(*c, aux=a),
-    preserve_identity=True,
-)
-
-
-class Plain:
-    def __init__(self, *kids, aux=None):
-        self.kids, self.aux = list(kids), aux
-
-
-tu.register_pytree_node(Plain, lambda n: (tuple(n.kids), n.aux), lambda a, c: Plain(*c, aux=a))
 
 
 class Point(NamedTuple):

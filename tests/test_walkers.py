@@ -23,41 +23,19 @@ nodes, whose treedefs hold shared references.
 
 from __future__ import annotations
 
-import contextlib
 import doctest
 import importlib
-import signal
 import subprocess
 import sys
 import textwrap
 import warnings
 
-import numpy as np
-import pytest
-
 import fastree
 import fastree.tree_util as tu
+import numpy as np
+import pytest
 from fastree import _aux, _core, _statetree, _walk
-
-TIME_BOUND = 60  # seconds; every case here takes well under one
-
-
-class Hang(BaseException):
-    """Raised by the alarm: a BaseException, so no `except Exception` in a walker eats it."""
-
-
-@contextlib.contextmanager
-def bounded(seconds: int = TIME_BOUND):
-    def on_alarm(*_):
-        raise Hang(f"still running after {seconds} s: a hang or a blowup")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from helpers import WALK_TIME_BOUND, Plain, Shared, bounded
 
 
 def error_of(fn, *args, **kwargs) -> BaseException:
@@ -71,31 +49,6 @@ def error_of(fn, *args, **kwargs) -> BaseException:
 
 # ------------------------------------------------------------------------------------------------
 # node types
-
-
-class Plain:
-    """A plain custom node (duplicated at every path, as in JAX)."""
-
-    def __init__(self, *kids, aux=None):
-        self.kids, self.aux = list(kids), aux
-
-
-tu.register_pytree_node(Plain, lambda n: (tuple(n.kids), n.aux), lambda a, c: Plain(*c, aux=a))
-
-
-class Shared:
-    """An identity-preserving node (one node however many paths reach it)."""
-
-    def __init__(self, *kids, aux=None):
-        self.kids, self.aux = list(kids), aux
-
-
-tu.register_pytree_node(
-    Shared,
-    lambda n: (tuple(n.kids), n.aux),
-    lambda a, c: Shared(*c, aux=a),
-    preserve_identity=True,
-)
 
 
 class Bad:
@@ -341,7 +294,7 @@ def test_repro_11_is_leaf_stopping_at_a_cycle_returns_at_once():
         [sys.executable, "-W", "always", "-c", REPRO_11],
         capture_output=True,
         text=True,
-        timeout=TIME_BOUND,
+        timeout=WALK_TIME_BOUND,
     )
     assert proc.returncode == 0, proc.stderr
     assert "returned PyTreeDef([*, CustomNode(Bad[[0.]], [*])])" in proc.stdout
