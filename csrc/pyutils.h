@@ -57,6 +57,39 @@ class Ref {
     PyObject* p_ = nullptr;
 };
 
+// A walker's handle on the object it visits: borrowed (kOwned = false, the caller keeps it alive)
+// or held (kOwned = true, a reference the caller gave up, dropped at scope exit). HandOver()
+// gives the storer of get() one reference: a new one if borrowed, this one if held. One walker
+// body then serves both, and a held reference moves into a leaf list without an INCREF/DECREF
+// pair.
+template <bool kOwned>
+class MaybeOwned;
+
+template <>
+class MaybeOwned<false> {
+ public:
+    explicit MaybeOwned(PyObject* borrowed) : p_(borrowed) {}
+    PyObject* get() const { return p_; }
+    void HandOver() { Py_INCREF(p_); }
+
+ private:
+    PyObject* p_;
+};
+
+template <>
+class MaybeOwned<true> {
+ public:
+    explicit MaybeOwned(PyObject* owned) : p_(owned) {}
+    MaybeOwned(const MaybeOwned&) = delete;
+    MaybeOwned& operator=(const MaybeOwned&) = delete;
+    ~MaybeOwned() { Py_XDECREF(p_); }
+    PyObject* get() const { return p_; }
+    void HandOver() { p_ = nullptr; }
+
+ private:
+    PyObject* p_;
+};
+
 // A vector of owned references, released when it dies: after an error path that did not hand
 // them on, and when a C++ exception (std::bad_alloc from a growing vector) unwinds through its
 // owner. Code that hands the references on clears the vector.

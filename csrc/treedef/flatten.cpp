@@ -71,16 +71,23 @@ class Flattener {
     // A cycle through identity-preserving nodes was found without key paths to name it.
     bool cycle_wants_path() const { return cycle_wants_path_; }
 
+    // Visits one object. kOwned: `obj` is a reference the caller gives up (a list item or dict
+    // value the walk took): a leaf keeps it, which saves a second INCREF and the caller's DECREF
+    // on every leaf; a node drops it after its visit. The reference travels by value, never by
+    // address: a held reference whose address is taken must live in the caller's frame, and on
+    // a 500-deep tree every byte of frame is written once per level.
+    template <bool kOwned = false>
     [[gnu::always_inline]] bool Visit(PyObject* obj) {
+        MaybeOwned<kOwned> held(obj);
         if (is_leaf_ != nullptr) {
             int leaf = CallIsLeaf(obj);
             if (leaf < 0) return false;
-            if (leaf) return AddLeaf(obj);
+            if (leaf) return AddLeaf(held);
         }
         const Registration* reg = registry::Classify(obj);
         // Leaves (most of any tree) are handled here, inline in the parent's loop; everything
         // else goes through VisitNode, whose large frame only containers pay for.
-        if (reg->kind == NodeKind::kLeaf) return AddLeaf(obj);
+        if (reg->kind == NodeKind::kLeaf) return AddLeaf(held);
         return VisitNode(obj, reg);
     }
 
@@ -94,9 +101,8 @@ class Flattener {
                 if constexpr (kDef) PushNode(NodeKind::kNone, 0, leaves_->size(), def_->nodes.size());
                 return true;
             case NodeKind::kTuple:
-                return VisitTuple(obj, NodeKind::kTuple, nullptr);
             case NodeKind::kNamedTuple:
-                return VisitTuple(obj, NodeKind::kNamedTuple, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+                return VisitTuple(obj, reg->kind);
             case NodeKind::kList:
                 return VisitList(obj);
             case NodeKind::kDict:
@@ -140,26 +146,9 @@ class Flattener {
         return truth;
     }
 
-    bool AddLeaf(PyObject* obj) {
-        if constexpr (kPaths) {
-            Ref path(PathTuple());
-            if (!path) return false;
-            Ref pair(PyTuple_Pack(2, path.get(), obj));
-            if (!pair) return false;
-            paths_->push_back(pair.get());  // may throw: the Ref still owns the pair then
-            pair.release();
-        }
-        // The reference is taken once the slot exists, so a throwing push_back leaks nothing.
-        leaves_->push_back(obj);
-        Py_INCREF(obj);
-        if constexpr (kDef) def_->AppendLeaf();
-        return true;
-    }
-
-    // AddLeaf for a reference the caller holds and gives up: it moves into the leaf list. The
-    // list and dict walks hold each child while visiting it; AddLeaf would take a second
-    // reference and the caller then drop its own, two more writes to every leaf.
-    bool AddOwnedLeaf(Ref& obj) {
+    // Appends a leaf. A borrowed one gets a new reference; a held one moves into the leaf list.
+    template <bool kOwned>
+    [[gnu::always_inline]] bool AddLeaf(MaybeOwned<kOwned>& obj) {
         if constexpr (kPaths) {
             Ref path(PathTuple());
             if (!path) return false;
@@ -168,10 +157,16 @@ class Flattener {
             paths_->push_back(pair.get());  // may throw: the Ref still owns the pair then
             pair.release();
         }
-        leaves_->push_back(obj.get());  // may throw: `obj` still owns the reference then
-        obj.release();
+        // The slot exists before the reference is handed over, so a throwing push_back leaks
+        // nothing.
+        leaves_->push_back(obj.get());
+        obj.HandOver();
         if constexpr (kDef) def_->AppendLeaf();
         return true;
+    }
+    bool AddLeaf(PyObject* obj) {
+        MaybeOwned<false> borrowed(obj);
+        return AddLeaf(borrowed);
     }
 
     // Appends the node for a container whose children have just been visited.
@@ -200,45 +195,27 @@ class Flattener {
     }
 
     // Visits one child; `key` is a new reference to its path entry (only in kPaths mode).
+    // kOwned: as for Visit, `child` is a reference given up by the caller.
+    template <bool kOwned = false>
     bool Child(PyObject* child, PyObject* key) {
         if constexpr (kPaths) {
-            if (key == nullptr) return false;
+            if (key == nullptr) {
+                if constexpr (kOwned) Py_DECREF(child);
+                return false;
+            }
             path_.Push(key);
-            bool ok = one_level_ ? AddLeaf(child) : Visit(child);
-            path_.Pop();
-            return ok;
         } else {
             (void)key;
-            return one_level_ ? AddLeaf(child) : Visit(child);
         }
-    }
-
-    // Child() for a child held by `child`, whose reference a leaf takes over (AddOwnedLeaf);
-    // a node is visited while `child` keeps holding it.
-    bool ChildOwned(Ref& child, PyObject* key) {
-        if constexpr (kPaths) {
-            if (key == nullptr) return false;
-            path_.Push(key);
-            bool ok = one_level_ ? AddOwnedLeaf(child) : VisitOwned(child);
-            path_.Pop();
-            return ok;
+        bool ok;
+        if (one_level_) {
+            MaybeOwned<kOwned> held(child);
+            ok = AddLeaf(held);
         } else {
-            (void)key;
-            return one_level_ ? AddOwnedLeaf(child) : VisitOwned(child);
+            ok = Visit<kOwned>(child);
         }
-    }
-
-    // Visit() for a held object (see ChildOwned).
-    [[gnu::always_inline]] bool VisitOwned(Ref& owned) {
-        PyObject* obj = owned.get();
-        if (is_leaf_ != nullptr) {
-            int leaf = CallIsLeaf(obj);
-            if (leaf < 0) return false;
-            if (leaf) return AddOwnedLeaf(owned);
-        }
-        const Registration* reg = registry::Classify(obj);
-        if (reg->kind == NodeKind::kLeaf) return AddOwnedLeaf(owned);
-        return VisitNode(obj, reg);
+        if constexpr (kPaths) path_.Pop();
+        return ok;
     }
 
     PyObject* PathTuple() { return path_.NewTuple(); }
@@ -259,7 +236,7 @@ class Flattener {
 
     // ---- built-in containers
 
-    bool VisitTuple(PyObject* obj, NodeKind kind, PyObject* type) {
+    [[gnu::noinline]] bool VisitTuple(PyObject* obj, NodeKind kind) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return false;
         const size_t leaves_before = leaves_->size();
@@ -306,7 +283,10 @@ class Flattener {
             if (!Child(PyTuple_GET_ITEM(obj, i), key)) return false;
         }
         if constexpr (kDef) {
-            PushNode(kind, n, leaves_before, nodes_before, Py_XNewRef(type));
+            PyObject* node_data = kind == NodeKind::kNamedTuple
+                                      ? Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)))
+                                      : nullptr;
+            PushNode(kind, n, leaves_before, nodes_before, node_data);
         }
         return true;
     }
@@ -328,10 +308,9 @@ class Flattener {
             if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
                 PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
             }
-            Ref item(Py_NewRef(PyList_GET_ITEM(obj, i)));
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Sequence(i);
-            if (!ChildOwned(item, key)) return false;
+            if (!Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
         }
         if constexpr (kDef) PushNode(NodeKind::kList, i, leaves_before, nodes_before);
         return true;
@@ -355,10 +334,9 @@ class Flattener {
             if (i + 1 < n) PrefetchDictEntries(data[i + 1].value);
             PyObject* key = nullptr;
             if constexpr (kPaths) key = keys::Dict(data[i].key);
-            Ref value(data[i].value);  // the item's reference, taken over
+            PyObject* value = data[i].value;  // the item's reference, handed to the visit
             data[i].value = nullptr;
-            bool ok = ChildOwned(value, key);
-            value = Ref();
+            bool ok = Child<true>(value, key);
             Py_CLEAR(data[i].key);
             if (!ok) {
                 ReleaseItems(items, i + 1);
