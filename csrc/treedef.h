@@ -75,6 +75,11 @@ struct Node {
         // HasPayload(kind): index of its entry in TreeDef::payloads.
         Count payload;
     };
+
+    bool IsLeaf() const { return kind == NodeKind::kLeaf; }
+    bool IsSharedRef() const { return kind == NodeKind::kSharedRef; }
+    // A dict node: its keys live in TreeDef::keys from keys_begin.
+    bool HasKeys() const { return kind == NodeKind::kDict; }
 };
 static_assert(sizeof(Node) == 20, "Node is meant to stay small: one is written per leaf");
 
@@ -182,11 +187,6 @@ struct TreeDef {
 
     // Indices of the roots of the children of node `index`, in child order.
     void ChildRoots(Py_ssize_t index, std::vector<Py_ssize_t>* out) const;
-
-    // node_data() as JAX returns it for one node: None for a leaf, else (type, data).
-    PyObject* NodeData(const Node& node) const;
-    // The type this node rebuilds (new reference).
-    PyObject* NodeType(const Node& node) const;
 };
 
 // A treedef used only within one call (tree_map's): its nodes are built in a pooled buffer, which

@@ -30,11 +30,7 @@ bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, Scratch
 bool FlattenOneLevel(PyObject* node, TreeDef* def, std::vector<PyObject*>* children,
                      std::vector<PyObject*>* paths, PyObject* report_root = nullptr);
 
-// unflatten.cpp. Builds one node from its children (references consumed, success or not).
-PyObject* BuildNode(const TreeDef& def, const Node& node, PyObject** children);
-// A register_dataclass instance from its meta-field values (a tuple) and one child per data field
-// (references consumed, success or not). Every way of making a treedef checks that count.
-PyObject* BuildDataclass(const Registration* reg, PyObject* meta_values, PyObject** children);
+// unflatten.cpp. (Building one node: kinds::Build, node_kinds.h.)
 // JAX's "Too few/many leaves for PyTreeDef" errors; false with the error set.
 bool CheckLeafCount(const TreeDef& def, Py_ssize_t n);
 // Builds the tree from `n` borrowed leaves; raises JAX's leaf-count errors.
@@ -66,9 +62,6 @@ PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves);
 PyObject* MapSinglePass(PyObject* f, PyObject* tree);
 
 // structure.cpp.
-// The key entry of child `k` of `node` (new reference), as flatten_with_path produces it for the
-// built-in kinds; a custom node's children report their flattened index.
-PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k);
 // keystr() of the path from the root to node `index` (for error messages).
 std::string KeyPathString(const TreeDef& def, Py_ssize_t index);
 // Appends the root node for `type` with `arity` children (the last `arity` subtrees of `def`).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "jax_texts.h"
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -32,9 +33,9 @@ Py_hash_t Hash(PyTreeDefObject* self) {
     for (const Node& node : def.nodes) {
         h = Mix(h, static_cast<Py_uhash_t>(node.kind));
         h = Mix(h, static_cast<Py_uhash_t>(node.arity));
-        if (node.kind == NodeKind::kSharedRef) {
+        if (node.IsSharedRef()) {
             h = Mix(h, static_cast<Py_uhash_t>(node.ref));  // the sharing pattern is structure
-        } else if (node.kind == NodeKind::kNamedTuple) {
+        } else if (kinds::DataIsType(node.kind)) {  // a namedtuple: its class
             h = Mix(h, reinterpret_cast<Py_uhash_t>(def.Data(node)));
         } else if (const Registration* custom = def.Custom(node)) {
             h = Mix(h, reinterpret_cast<Py_uhash_t>(custom->type));
@@ -54,13 +55,13 @@ bool SameShape(const TreeDef& a, const TreeDef& b) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
         if (x.kind != y.kind || x.arity != y.arity) return false;
-        if (x.kind == NodeKind::kSharedRef) {
+        if (x.IsSharedRef()) {
             if (x.ref != y.ref) return false;
         } else if (HasPayload(x.kind)) {
             const NodePayload& px = a.payloads[x.payload];
             const NodePayload& py = b.payloads[y.payload];
             if (px.custom != py.custom) return false;
-            if (x.kind == NodeKind::kNamedTuple && px.data != py.data) return false;
+            if (kinds::DataIsType(x.kind) && px.data != py.data) return false;
         }
     }
     return true;
@@ -134,10 +135,10 @@ int Equal(const TreeDef& a, const TreeDef& b) {
         const Node& x = a.nodes[i];
         const Node& y = b.nodes[i];
         int same = 1;
-        if (x.kind == NodeKind::kDict && x.arity > 0) {  // (no pointer into an empty vector)
+        if (x.HasKeys() && x.arity > 0) {  // (no pointer into an empty vector)
             same = SameKeys(a.keys.data() + x.keys_begin, b.keys.data() + y.keys_begin,
                             static_cast<size_t>(x.arity));
-        } else if (HasPayload(x.kind) && x.kind != NodeKind::kNamedTuple) {
+        } else if (HasPayload(x.kind) && !kinds::DataIsType(x.kind)) {
             same = SameData(a.payloads[x.payload], b.payloads[y.payload]);
         }
         if (same != 1) return same;

@@ -35,6 +35,7 @@
 #include "custom_output.h"
 #include "dict_items.h"
 #include "pointer_map.h"
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -162,8 +163,13 @@ class SinglePassMapper {
                 return Stopped();  // `children` releases what it holds
             }
         }
-        PyObject* out = BuildDataclass(reg, meta.get(), children.begin());
-        children.clear();  // BuildDataclass consumed them
+        NodeParts parts;
+        parts.kind = reg->kind;
+        parts.arity = static_cast<Py_ssize_t>(children.size());
+        parts.data = meta.get();
+        parts.custom = reg;
+        PyObject* out = kinds::Build(parts, children.begin());
+        children.clear();  // consumed
         return out;
     }
 
@@ -343,8 +349,8 @@ class SinglePassMapper {
             DecrefAll(children);
             return Stopped();
         }
-        PyObject* out = BuildNode(one.def, one.def.nodes.back(), children.data());
-        children.clear();  // BuildNode consumed them
+        PyObject* out = kinds::Build(PartsOf(one.def, one.def.nodes.back()), children.data());
+        children.clear();  // consumed
         return out;
     }
 

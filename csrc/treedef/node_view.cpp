@@ -1,6 +1,7 @@
 // PyTreeDef._nodes(): the core's own description of every node, so the Python layer (diffs,
 // fingerprints, serialization, audits) reads kinds and child keys instead of re-deriving them
 // from types and node data.
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -9,21 +10,12 @@
 namespace fastree {
 namespace {
 
-// The kind's name as Python sees it, indexed by NodeKind.
-constexpr const char* kKindNames[] = {
-    "leaf",        "none",         "tuple",  "list",      "dict",       "namedtuple",
-    "ordered_dict", "default_dict", "custom", "dataclass", "shared_ref",
-};
-static_assert(sizeof(kKindNames) / sizeof(kKindNames[0]) ==
-                  static_cast<size_t>(NodeKind::kSharedRef) + 1,
-              "one name per NodeKind");
-
 // The interned name of each kind, made once (the strings are immortal for the process: the
 // module holds no other state for them).
 PyObject* KindName(NodeKind kind) {
-    static PyObject* names[sizeof(kKindNames) / sizeof(kKindNames[0])] = {};
+    static PyObject* names[kinds::kNumKinds] = {};
     PyObject*& name = names[static_cast<size_t>(kind)];
-    if (name == nullptr) name = PyUnicode_InternFromString(kKindNames[static_cast<size_t>(kind)]);
+    if (name == nullptr) name = PyUnicode_InternFromString(kinds::Name(kind));
     return Py_XNewRef(name);
 }
 
@@ -34,8 +26,9 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
     if (!kind) return nullptr;
     Ref type(Py_NewRef(Py_None));
     Ref data(Py_NewRef(Py_None));
-    if (node.kind != NodeKind::kLeaf && node.kind != NodeKind::kSharedRef) {
-        Ref nd(def.NodeData(node));
+    const NodeParts parts = PartsOf(def, node);
+    if (!node.IsLeaf() && !node.IsSharedRef()) {
+        Ref nd(kinds::NodeData(parts));
         if (!nd) return nullptr;
         type = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 0)));
         data = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1)));
@@ -43,11 +36,11 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
     Ref keys(PyTuple_New(node.arity));
     if (!keys) return nullptr;
     for (Py_ssize_t k = 0; k < node.arity; ++k) {
-        PyObject* key = ChildKey(def, node, k);
+        PyObject* key = kinds::ChildKey(parts, k);
         if (key == nullptr) return nullptr;
         PyTuple_SET_ITEM(keys.get(), k, key);
     }
-    const Py_ssize_t ref = node.kind == NodeKind::kSharedRef ? node.ref : -1;
+    const Py_ssize_t ref = node.IsSharedRef() ? node.ref : -1;
     return Py_BuildValue("(OOOnnnO)", kind.get(), type.get(), data.get(),
                          static_cast<Py_ssize_t>(node.arity),
                          static_cast<Py_ssize_t>(node.num_leaves), ref, keys.get());

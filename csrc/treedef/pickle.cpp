@@ -6,6 +6,7 @@
 // Classes pickle by qualified name, so unpickling needs the same node types importable and
 // registered; the structure is rebuilt through the same validation as
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -21,11 +22,11 @@ PyObject* State(const TreeDef& def) {
     for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
         const Node& node = def.nodes[i];
         PyObject* entry;
-        if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
-            const Py_ssize_t ref = node.kind == NodeKind::kSharedRef ? node.ref : -1;
+        if (node.IsLeaf() || node.IsSharedRef()) {
+            const Py_ssize_t ref = node.IsSharedRef() ? node.ref : -1;
             entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, ref);
         } else {
-            Ref nd(def.NodeData(node));
+            Ref nd(kinds::NodeData(PartsOf(def, node)));
             if (!nd) return nullptr;
             entry = Py_BuildValue("(OOnn)", PyTuple_GET_ITEM(nd.get(), 0),
                                   PyTuple_GET_ITEM(nd.get(), 1), static_cast<Py_ssize_t>(node.arity),
@@ -80,8 +81,7 @@ PyObject* FromState(PyObject* state) {
             // A reference must repeat an earlier, non-leaf, non-reference node (earlier in
             // post-order means a finished subtree, never an ancestor: no cycles).
             if (type != Py_None || arity != 0 || ref < 0 || ref >= def.num_nodes() ||
-                def.nodes[ref].kind == NodeKind::kLeaf ||
-                def.nodes[ref].kind == NodeKind::kSharedRef) {
+                def.nodes[ref].IsLeaf() || def.nodes[ref].IsSharedRef()) {
                 PyErr_SetString(PyExc_ValueError, "Malformed PyTreeDef state: bad shared reference.");
                 return nullptr;
             }

@@ -3,30 +3,12 @@
 #include <string>
 #include <unordered_map>
 
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
 
 namespace fastree {
-namespace {
-
-void Join(std::string* out, std::vector<std::string>& stack, Py_ssize_t n) {
-    const size_t first = stack.size() - static_cast<size_t>(n);
-    for (size_t i = first; i < stack.size(); ++i) {
-        if (i > first) out->append(", ");
-        out->append(stack[i]);
-    }
-}
-
-bool TypeName(PyObject* type, std::string* out) {
-    PyObject* name = PyObject_GetAttrString(type, "__name__");
-    if (name == nullptr) return false;
-    bool ok = StrInto(name, out);
-    Py_DECREF(name);
-    return ok;
-}
-
-}  // namespace
 
 // Shared nodes (identity-preserving objects met more than once) are labelled &1, &2, ... in
 // order of first occurrence: the first occurrence prints as `&1 CustomNode(...)`, every later
@@ -38,59 +20,12 @@ PyObject* Repr(const TreeDef& def) {
         const Node& node = def.nodes[index];
         std::string s;
         const Py_ssize_t n = node.arity;
-        switch (node.kind) {
-            case NodeKind::kLeaf:
-                s = "*";
-                break;
-            case NodeKind::kSharedRef: {
-                auto it = labels.find(node.ref);
-                s = "&" + std::to_string(it == labels.end() ? 0 : it->second);
-                break;
-            }
-            case NodeKind::kNone:
-                s = "None";
-                break;
-            case NodeKind::kTuple:
-                s = "(";
-                Join(&s, stack, n);
-                s += n == 1 ? ",)" : ")";
-                break;
-            case NodeKind::kList:
-                s = "[";
-                Join(&s, stack, n);
-                s += "]";
-                break;
-            case NodeKind::kDict: {
-                s = "{";
-                const size_t first = stack.size() - static_cast<size_t>(n);
-                for (Py_ssize_t i = 0; i < n; ++i) {
-                    if (i > 0) s += ", ";
-                    if (!ReprInto(def.keys[node.keys_begin + i], &s)) return nullptr;
-                    s += ": ";
-                    s += stack[first + static_cast<size_t>(i)];
-                }
-                s += "}";
-                break;
-            }
-            case NodeKind::kNamedTuple:
-                s = "CustomNode(namedtuple[";
-                if (!TypeName(def.Data(node), &s)) return nullptr;
-                s += "], [";
-                Join(&s, stack, n);
-                s += "])";
-                break;
-            case NodeKind::kOrderedDict:
-            case NodeKind::kDefaultDict:
-            case NodeKind::kCustom:
-            case NodeKind::kDataclass:
-                s = "CustomNode(";
-                if (!TypeName(def.Custom(node)->type, &s)) return nullptr;
-                s += "[";
-                if (!StrInto(def.Data(node), &s)) return nullptr;
-                s += "], [";
-                Join(&s, stack, n);
-                s += "])";
-                break;
+        const std::string* kids = stack.data() + (stack.size() - static_cast<size_t>(n));
+        if (node.IsSharedRef()) {
+            auto it = labels.find(node.ref);
+            s = "&" + std::to_string(it == labels.end() ? 0 : it->second);
+        } else if (!kinds::Describe(PartsOf(def, node), kids, &s)) {
+            return nullptr;
         }
         if (node.shared_target) {
             const int label = static_cast<int>(labels.size()) + 1;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "keys.h"
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -20,37 +21,12 @@ Py_ssize_t SubtreeBegin(const TreeDef& def, Py_ssize_t root) {
 // What walk() passes to f_node as the node's data: node_data()'s second half, except that a
 // namedtuple passes its class (as JAX does).
 PyObject* DataPart(const TreeDef& def, const Node& node) {
-    if (node.kind == NodeKind::kNamedTuple) return Py_NewRef(def.Data(node));
-    Ref nd(def.NodeData(node));
-    if (!nd) return nullptr;
-    return Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1));
+    const NodeParts parts = PartsOf(def, node);
+    if (kinds::DataIsType(node.kind)) return Py_NewRef(parts.data);
+    return kinds::Data(parts);
 }
-
 
 }  // namespace
-
-PyObject* ChildKey(const TreeDef& def, const Node& node, Py_ssize_t k) {
-    switch (node.kind) {
-        case NodeKind::kDict:
-            return keys::Dict(def.keys[node.keys_begin + k]);
-        case NodeKind::kOrderedDict:
-            return keys::Dict(PyTuple_GET_ITEM(def.Data(node), k));
-        case NodeKind::kDefaultDict:
-            return keys::Dict(PyTuple_GET_ITEM(PyTuple_GET_ITEM(def.Data(node), 1), k));
-        case NodeKind::kNamedTuple: {
-            Ref fields(PyObject_GetAttrString(def.Data(node), "_fields"));
-            Ref name(fields ? PySequence_GetItem(fields.get(), k) : nullptr);
-            return name ? keys::GetAttr(name.get()) : nullptr;
-        }
-        case NodeKind::kDataclass:
-            return keys::GetAttr(PyTuple_GET_ITEM(def.Custom(node)->data_fields, k));
-        case NodeKind::kTuple:
-        case NodeKind::kList:
-            return keys::Sequence(k);
-        default:
-            return keys::FlattenedIndex(k);
-    }
-}
 
 std::string KeyPathString(const TreeDef& def, Py_ssize_t index) {
     std::string out;
@@ -62,7 +38,7 @@ std::string KeyPathString(const TreeDef& def, Py_ssize_t index) {
         for (size_t k = 0; k < roots.size(); ++k) {
             const Py_ssize_t c = roots[k];
             if (c - def.nodes[c].num_nodes < index && index <= c) {
-                Ref key(ChildKey(def, def.nodes[at], static_cast<Py_ssize_t>(k)));
+                Ref key(kinds::ChildKey(PartsOf(def, def.nodes[at]), static_cast<Py_ssize_t>(k)));
                 if (!key || !StrInto(key.get(), &out)) {
                     PyErr_Clear();
                     out += "<?>";
@@ -84,70 +60,32 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
     const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
     Node node;
     node.kind = reg->kind;
-    node.arity = arity;
+    node.arity = static_cast<Count>(arity);
     // What the payload will hold (borrowed until it is stored), for the kinds that have one.
-    PyObject* payload_data = data;
-    const Registration* payload_custom = reg;
-    switch (reg->kind) {
-        case NodeKind::kLeaf:
-        case NodeKind::kSharedRef:
-            PyErr_Format(PyExc_RuntimeError, "Could not find type: %R.", type);
+    NodeParts parts;
+    parts.kind = reg->kind;
+    parts.arity = arity;
+    parts.data = data;
+    parts.custom = reg;
+    if (kinds::DataIsType(node.kind)) {  // a namedtuple: its class is its data
+        parts.data = type;
+        parts.custom = nullptr;
+    }
+    if (node.HasKeys()) {
+        // A dict's keys, given as any sequence, are stored in the treedef's key vector.
+        Ref keys(PySequence_Tuple(data));
+        if (!keys) return false;
+        if (PyTuple_GET_SIZE(keys.get()) != arity) {
+            PyErr_Format(PyExc_ValueError, "Dict node data has %zd keys for %zd children.",
+                         PyTuple_GET_SIZE(keys.get()), arity);
             return false;
-        case NodeKind::kNone:
-            if (arity != 0) {
-                PyErr_SetString(PyExc_ValueError, "None nodes have no children.");
-                return false;
-            }
-            break;
-        case NodeKind::kTuple:
-        case NodeKind::kList:
-            break;
-        case NodeKind::kNamedTuple:
-            payload_data = type;
-            payload_custom = nullptr;
-            break;
-        case NodeKind::kDict: {
-            Ref keys(PySequence_Tuple(data));
-            if (!keys) return false;
-            if (PyTuple_GET_SIZE(keys.get()) != arity) {
-                PyErr_Format(PyExc_ValueError, "Dict node data has %zd keys for %zd children.",
-                             PyTuple_GET_SIZE(keys.get()), arity);
-                return false;
-            }
-            node.keys_begin = static_cast<Py_ssize_t>(def->keys.size());
-            for (Py_ssize_t i = 0; i < arity; ++i) {
-                PushNewRef(def->keys, PyTuple_GET_ITEM(keys.get(), i));
-            }
-            break;
         }
-        case NodeKind::kOrderedDict:
-            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != arity) {
-                PyErr_SetString(PyExc_ValueError,
-                                "OrderedDict node data must be a tuple with one key per child.");
-                return false;
-            }
-            break;
-        case NodeKind::kDefaultDict:
-            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
-                !PyTuple_Check(PyTuple_GET_ITEM(data, 1)) ||
-                PyTuple_GET_SIZE(PyTuple_GET_ITEM(data, 1)) != arity) {
-                PyErr_SetString(PyExc_ValueError,
-                                "defaultdict node data must be (default_factory, keys) with one "
-                                "key per child.");
-                return false;
-            }
-            break;
-        case NodeKind::kDataclass:
-            if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != PyTuple_GET_SIZE(reg->meta_fields) ||
-                arity != PyTuple_GET_SIZE(reg->data_fields)) {
-                PyErr_Format(PyExc_ValueError,
-                             "Dataclass node %R expects %zd meta values and %zd children.", type,
-                             PyTuple_GET_SIZE(reg->meta_fields), PyTuple_GET_SIZE(reg->data_fields));
-                return false;
-            }
-            break;
-        case NodeKind::kCustom:
-            break;
+        node.keys_begin = static_cast<Count>(def->keys.size());
+        for (Py_ssize_t i = 0; i < arity; ++i) {
+            PushNewRef(def->keys, PyTuple_GET_ITEM(keys.get(), i));
+        }
+    } else if (!kinds::CheckParts(parts, type)) {
+        return false;
     }
     // Counts follow from the children already appended (the last `arity` subtrees).
     Py_ssize_t child = def->num_nodes() - 1;
@@ -163,8 +101,8 @@ bool MakeRootNode(PyObject* type, PyObject* data, Py_ssize_t arity, TreeDef* def
     node.num_nodes += 1;
     if (HasPayload(node.kind)) {
         // Stored first, referenced once stored: a push that throws leaks nothing.
-        node.payload = def->AddPayload(payload_data, payload_custom);
-        Py_INCREF(payload_data);
+        node.payload = def->AddPayload(parts.data, parts.custom);
+        Py_INCREF(parts.data);
     }
     def->nodes.push_back(node);
     return true;
@@ -192,9 +130,9 @@ PyObject* Compose(const TreeDef& outer, const TreeDef& inner) {
     std::vector<Py_ssize_t> moved(static_cast<size_t>(outer.num_nodes()), -1);
     for (Py_ssize_t i = 0; i < outer.num_nodes(); ++i) {
         const Node& node = outer.nodes[i];
-        if (node.kind == NodeKind::kLeaf) {
+        if (node.IsLeaf()) {
             out.AppendRange(inner, 0, inner.num_nodes());  // a fresh, self-contained copy
-        } else if (node.kind == NodeKind::kSharedRef) {
+        } else if (node.IsSharedRef()) {
             out.AppendSharedRef(moved[node.ref]);
         } else {
             out.AppendRange(outer, i, i + 1);
@@ -265,12 +203,12 @@ PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject*
     for (Py_ssize_t index = 0; index < def.num_nodes(); ++index) {
         const Node& node = def.nodes[index];  // the treedef is immutable
         PyObject* value;
-        if (node.kind == NodeKind::kSharedRef) {
+        if (node.IsSharedRef()) {
             // A repeated node folds to the very value of its first occurrence.
             PyObject* target = shared.Find(node.ref);
             value = target != nullptr ? Py_NewRef(target) : nullptr;
             if (value == nullptr) PyErr_SetString(PyExc_ValueError, "dangling shared reference");
-        } else if (node.kind == NodeKind::kLeaf) {
+        } else if (node.IsLeaf()) {
             PyObject* leaf = PyTuple_GET_ITEM(seq.get(), next++);
             value = f_leaf ? PyObject_CallOneArg(f_leaf, leaf) : Py_NewRef(leaf);
         } else {
@@ -301,8 +239,8 @@ PyObject* Walk(const TreeDef& def, PyObject* f_node, PyObject* f_leaf, PyObject*
 static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* obj,
                               SharedObjects* shared) {
     const Node& node = def.nodes[index];
-    if (node.kind == NodeKind::kLeaf) return Py_NewRef(obj);
-    if (node.kind == NodeKind::kSharedRef) {  // the object built at the first occurrence
+    if (node.IsLeaf()) return Py_NewRef(obj);
+    if (node.IsSharedRef()) {  // the object built at the first occurrence
         PyObject* target = shared->Find(node.ref);
         if (target == nullptr) {
             PyErr_SetString(PyExc_ValueError, "dangling shared reference");
@@ -322,15 +260,15 @@ static PyObject* FromIterable(const TreeDef& def, Py_ssize_t index, PyObject* ob
     }
     std::vector<Py_ssize_t> roots;
     def.ChildRoots(index, &roots);
-    RefVector children;  // owned until BuildNode consumes them
+    RefVector children;  // owned until kinds::Build consumes them
     children.reserve(roots.size());
     for (size_t k = 0; k < roots.size(); ++k) {
         PyObject* child = FromIterable(def, roots[k], PyTuple_GET_ITEM(items.get(), k), shared);
         if (child == nullptr) return nullptr;
         children.push_back(child);  // (reserved: cannot throw)
     }
-    Ref built(BuildNode(def, node, children.data()));
-    children.clear();  // consumed by BuildNode, success or not
+    Ref built(kinds::Build(PartsOf(def, node), children.data()));
+    children.clear();  // consumed by kinds::Build, success or not
     if (built && node.shared_target) shared->Add(index, built.get());
     return built.release();
 }

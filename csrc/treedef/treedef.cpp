@@ -28,7 +28,7 @@ void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* ds
                std::unordered_map<Py_ssize_t, Py_ssize_t>* remap) {
     for (Py_ssize_t i = begin; i < end; ++i) {
         const Node& node = src.nodes[i];
-        if (node.kind == NodeKind::kSharedRef) {
+        if (node.IsSharedRef()) {
             auto it = remap->find(node.ref);
             if (it == remap->end()) {
                 const Node& target = src.nodes[node.ref];
@@ -47,7 +47,7 @@ void CopyRange(const TreeDef& src, Py_ssize_t begin, Py_ssize_t end, TreeDef* ds
 
 void TreeDef::AppendCopy(const TreeDef& src, const Node& node) {
     Node copy = node;
-    if (node.kind == NodeKind::kDict) {
+    if (node.HasKeys()) {
         copy.keys_begin = static_cast<Count>(keys.size());
         for (Py_ssize_t k = 0; k < node.arity; ++k) {
             PushNewRef(keys, src.keys[node.keys_begin + k]);
@@ -81,7 +81,7 @@ void TreeDef::Renormalize(Py_ssize_t from) {
     for (Py_ssize_t i = from; i < num_nodes(); ++i) {
         Node& node = nodes[i];
         node.shared_target = false;
-        Py_ssize_t leaves = node.kind == NodeKind::kLeaf ? 1 : 0;
+        Py_ssize_t leaves = node.IsLeaf() ? 1 : 0;
         Py_ssize_t count = 1;
         for (Py_ssize_t k = 0; k < node.arity && !stack.empty(); ++k) {
             leaves += stack.back().first;
@@ -93,7 +93,7 @@ void TreeDef::Renormalize(Py_ssize_t from) {
         stack.emplace_back(leaves, count);
     }
     for (Py_ssize_t i = from; i < num_nodes(); ++i) {
-        if (nodes[i].kind == NodeKind::kSharedRef) nodes[nodes[i].ref].shared_target = true;
+        if (nodes[i].IsSharedRef()) nodes[nodes[i].ref].shared_target = true;
     }
 }
 
@@ -105,58 +105,6 @@ void TreeDef::ChildRoots(Py_ssize_t index, std::vector<Py_ssize_t>* out) const {
         (*out)[k] = child;
         child -= nodes[child].num_nodes;
     }
-}
-
-PyObject* TreeDef::NodeType(const Node& node) const {
-    switch (node.kind) {
-        case NodeKind::kLeaf:
-        case NodeKind::kSharedRef:
-            return Py_NewRef(Py_None);
-        case NodeKind::kNone:
-            return Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(Py_None)));
-        case NodeKind::kTuple:
-            return Py_NewRef(reinterpret_cast<PyObject*>(&PyTuple_Type));
-        case NodeKind::kList:
-            return Py_NewRef(reinterpret_cast<PyObject*>(&PyList_Type));
-        case NodeKind::kDict:
-            return Py_NewRef(reinterpret_cast<PyObject*>(&PyDict_Type));
-        case NodeKind::kNamedTuple:
-            return Py_NewRef(Data(node));
-        case NodeKind::kOrderedDict:
-        case NodeKind::kDefaultDict:
-        case NodeKind::kCustom:
-        case NodeKind::kDataclass:
-            return Py_NewRef(Custom(node)->type);
-    }
-    return Py_NewRef(Py_None);
-}
-
-PyObject* TreeDef::NodeData(const Node& node) const {
-    if (node.kind == NodeKind::kLeaf || node.kind == NodeKind::kSharedRef) {
-        return Py_NewRef(Py_None);
-    }
-    Ref type(NodeType(node));
-    Ref data;
-    switch (node.kind) {
-        case NodeKind::kDict: {
-            PyObject* list = PyList_New(node.arity);
-            if (list == nullptr) return nullptr;
-            for (Py_ssize_t i = 0; i < node.arity; ++i) {
-                PyList_SET_ITEM(list, i, Py_NewRef(keys[node.keys_begin + i]));
-            }
-            data = Ref(list);
-            break;
-        }
-        case NodeKind::kNamedTuple:  // JAX reports no data for a namedtuple: the type says all
-        case NodeKind::kNone:
-        case NodeKind::kTuple:
-        case NodeKind::kList:
-            data = Ref(Py_NewRef(Py_None));
-            break;
-        default:
-            data = Ref(Py_NewRef(Data(node)));
-    }
-    return PyTuple_Pack(2, type.get(), data.get());
 }
 
 }  // namespace fastree

@@ -2,6 +2,7 @@
 #include <new>
 
 #include "pyutils.h"
+#include "node_kinds.h"
 #include "treedef.h"
 #include "treedef_ops.h"
 #include "walkers.h"
@@ -106,7 +107,7 @@ PyObject* MCompose(PyObject* self, PyObject* inner) {
 PyObject* MNodeData(PyObject* self, PyObject*) {
     const TreeDef& def = DefOf(self);
     if (def.nodes.empty()) Py_RETURN_NONE;
-    return def.NodeData(def.nodes.back());
+    return kinds::NodeData(PartsOf(def, def.nodes.back()));
 }
 
 PyObject* MFromIterableTree(PyObject* self, PyObject* tree) { return FromIterableTree(DefOf(self), tree); }

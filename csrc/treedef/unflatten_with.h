@@ -6,30 +6,13 @@
 #include <memory>
 #include <unordered_map>
 
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
 #include "walkers.h"
 
 namespace fastree {
-
-// Builds a plain dict from `n` sorted keys and `n` owned children (consumed). The most common
-// container of parameter trees, so it is built here, inline in the loop, not through BuildNode.
-inline PyObject* BuildDict(PyObject* const* keys, PyObject** children, Py_ssize_t n) {
-    PyObject* dict = _PyDict_NewPresized(n);
-    Py_ssize_t i = 0;
-    if (dict != nullptr) {
-        // Insertion in sorted-key order, as JAX does: the rebuilt dict iterates sorted.
-        for (; i < n; ++i) {
-            if (PyDict_SetItem(dict, keys[i], children[i]) < 0) break;
-            Py_DECREF(children[i]);
-        }
-        if (i == n) return dict;
-        Py_CLEAR(dict);
-    }
-    for (; i < n; ++i) Py_DECREF(children[i]);
-    return nullptr;
-}
 
 // Appends `obj`, an owned reference, to `vec`. If growing the vector throws (std::bad_alloc),
 // the reference is released before the exception goes on: the caller never holds it unowned.
@@ -102,16 +85,17 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
     for (Py_ssize_t index = 0; index < num_nodes; ++index) {
         const Node& node = nodes[index];
         PyObject* built;
-        if (node.kind == NodeKind::kLeaf) {
+        if (node.IsLeaf()) {
             built = leaf(next_leaf++);
-        } else if (node.kind == NodeKind::kDict) {
+        } else if (node.HasKeys()) {
+            // Dicts, the most common container of parameter trees, are built inline here.
             // `children` points into `stack` across Python code (key hashes, unflatten
             // functions): safe, as only this loop touches `stack` (a re-entrant unflatten has a
             // pooled stack of its own), and nothing throws before the resize that follows.
             PyObject** children = stack.data() + (stack.size() - node.arity);
-            built = BuildDict(def.keys.data() + node.keys_begin, children, node.arity);
+            built = kinds::DictKind::BuildDict(def.keys.data() + node.keys_begin, children, node.arity);
             stack.erase(stack.end() - node.arity, stack.end());  // (resize was a call)
-        } else if (node.kind == NodeKind::kSharedRef) {
+        } else if (node.IsSharedRef()) {
             PyObject* target = shared.Find(node.ref);
             if (target == nullptr) {
                 PyErr_SetString(PyExc_ValueError, "fastree: malformed treedef (dangling reference)");
@@ -121,7 +105,7 @@ PyObject* UnflattenWith(const TreeDef& def, LeafSource&& leaf) {
             }
         } else {
             PyObject** children = stack.data() + (stack.size() - node.arity);
-            built = BuildNode(def, node, children);  // consumes the children
+            built = kinds::Build(PartsOf(def, node), children);  // consumes the children
             stack.erase(stack.end() - node.arity, stack.end());  // (resize was a call)
         }
         if (built == nullptr) {
