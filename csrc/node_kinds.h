@@ -63,6 +63,8 @@ void DropChildren(PyObject** children, Py_ssize_t n);
 // The defaults: a node with no children of its own kind to speak of (leaf, shared reference).
 struct KindBase {
     static constexpr bool kDataIsType = false;
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // SystemError
     static PyObject* Type(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* Data(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* ChildKey(const NodeParts&, Py_ssize_t k);  // FlattenedIndexKey(k)
@@ -75,6 +77,8 @@ struct KindBase {
 struct LeafKind : KindBase {
     static constexpr NodeKind kKind = NodeKind::kLeaf;
     static constexpr const char* kName = "leaf";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     static bool Describe(const NodeParts&, const std::string*, std::string* out) {
         *out += "*";
         return true;
@@ -89,6 +93,8 @@ struct SharedRefKind : KindBase {
 struct NoneKind : KindBase {
     static constexpr NodeKind kKind = NodeKind::kNone;
     static constexpr const char* kName = "none";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     static PyObject* Type(const NodeParts&);
     static PyObject* Build(const NodeParts&, PyObject**) { return Py_NewRef(Py_None); }
     static bool CheckParts(const NodeParts& parts, PyObject* type);
@@ -99,8 +105,13 @@ struct NoneKind : KindBase {
 };
 
 struct TupleKind : KindBase {
+    // Tuples and namedtuples (kind says which) are read by the same code.
+    template <class Walk>
+    static bool ReadTuple(Walk& w, PyObject* obj, NodeKind kind);
     static constexpr NodeKind kKind = NodeKind::kTuple;
     static constexpr const char* kName = "tuple";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     static PyObject* Type(const NodeParts&);
     static PyObject* ChildKey(const NodeParts&, Py_ssize_t k);  // SequenceKey(k)
     static PyObject* Build(const NodeParts& parts, PyObject** children);
@@ -111,6 +122,8 @@ struct TupleKind : KindBase {
 struct ListKind : KindBase {
     static constexpr NodeKind kKind = NodeKind::kList;
     static constexpr const char* kName = "list";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     static PyObject* Type(const NodeParts&);
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k) {
         return TupleKind::ChildKey(parts, k);
@@ -123,6 +136,8 @@ struct ListKind : KindBase {
 struct DictKind : KindBase {
     static constexpr NodeKind kKind = NodeKind::kDict;
     static constexpr const char* kName = "dict";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     static PyObject* Type(const NodeParts&);
     static PyObject* Data(const NodeParts& parts);  // the sorted keys, as a list (JAX's)
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);  // DictKey(keys[k])
@@ -154,6 +169,8 @@ struct DictKind : KindBase {
 struct NamedTupleKind : KindBase {
     static constexpr NodeKind kKind = NodeKind::kNamedTuple;
     static constexpr const char* kName = "namedtuple";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     // The payload is the class itself: part of the shape, like a custom node's registration.
     static constexpr bool kDataIsType = true;
     static PyObject* Type(const NodeParts& parts) { return Py_NewRef(parts.data); }
@@ -173,6 +190,8 @@ struct RegisteredKindBase : KindBase {
 struct OrderedDictKind : RegisteredKindBase {
     static constexpr NodeKind kKind = NodeKind::kOrderedDict;
     static constexpr const char* kName = "ordered_dict";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     // Payload: the keys in insertion order (a tuple).
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);
     static PyObject* Build(const NodeParts& parts, PyObject** children);
@@ -182,6 +201,8 @@ struct OrderedDictKind : RegisteredKindBase {
 struct DefaultDictKind : RegisteredKindBase {
     static constexpr NodeKind kKind = NodeKind::kDefaultDict;
     static constexpr const char* kName = "default_dict";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     // Payload: (default_factory, the sorted keys).
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);
     static PyObject* Build(const NodeParts& parts, PyObject** children);
@@ -191,6 +212,8 @@ struct DefaultDictKind : RegisteredKindBase {
 struct DataclassKind : RegisteredKindBase {
     static constexpr NodeKind kKind = NodeKind::kDataclass;
     static constexpr const char* kName = "dataclass";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     // Payload: the meta-field values (a tuple); children: the data fields, in order.
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);  // GetAttrKey(field k)
     static PyObject* Build(const NodeParts& parts, PyObject** children);
@@ -200,6 +223,8 @@ struct DataclassKind : RegisteredKindBase {
 struct CustomKind : RegisteredKindBase {
     static constexpr NodeKind kKind = NodeKind::kCustom;
     static constexpr const char* kName = "custom";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
     // Payload: the aux_data; children keyed by flattened index (KindBase::ChildKey).
     static PyObject* Build(const NodeParts& parts, PyObject** children);
     static bool CheckParts(const NodeParts&, PyObject*) { return true; }

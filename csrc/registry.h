@@ -51,6 +51,8 @@ struct Registration {
     // Identity-preserving ("PyDAG") node: an instance reached through several paths is flattened
     // once and rebuilt as one shared object (see treedef.h, NodeKind::kSharedRef).
     bool preserve_identity = false;
+
+    bool IsLeaf() const { return kind == NodeKind::kLeaf; }
 };
 
 namespace registry {

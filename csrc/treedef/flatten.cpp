@@ -13,6 +13,7 @@
 #include "custom_output.h"
 #include "dict_items.h"
 #include "keys.h"
+#include "kinds_read.h"
 #include "path_stack.h"
 #include "pointer_map.h"
 #include "pyutils.h"
@@ -35,16 +36,7 @@ std::string KeyStr(const std::vector<PyObject*>& path) {
     return out;
 }
 
-PyObject* KeysTuple(const Items& items) {
-    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
-    if (t == nullptr) return nullptr;
-    for (size_t i = 0; i < items.size(); ++i) {
-        PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
-    }
-    return t;
-}
-
-template <bool kDef, bool kPaths>
+template <bool kDefMode, bool kPathsMode>
 class Flattener {
  public:
     Flattener(PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
@@ -87,43 +79,73 @@ class Flattener {
         const Registration* reg = registry::Classify(obj);
         // Leaves (most of any tree) are handled here, inline in the parent's loop; everything
         // else goes through VisitNode, whose large frame only containers pay for.
-        if (reg->kind == NodeKind::kLeaf) return AddLeaf(held);
+        if (reg->IsLeaf()) return AddLeaf(held);
         return VisitNode(obj, reg);
     }
 
  private:
+    // Every node kind is read by its own code (kinds_read.h), which calls back into the hooks
+    // below. Out of line: leaves, handled in Visit, never pay for a node's frame.
     [[gnu::noinline]] bool VisitNode(PyObject* obj, const Registration* reg) {
         if (reg->preserve_identity) return VisitShared(obj, reg);
-        switch (reg->kind) {
-            case NodeKind::kLeaf:
-                return AddLeaf(obj);
-            case NodeKind::kNone:
-                if constexpr (kDef) PushNode(NodeKind::kNone, 0, leaves_->size(), def_->nodes.size());
-                return true;
-            case NodeKind::kTuple:
-            case NodeKind::kNamedTuple:
-                return VisitTuple(obj, reg->kind);
-            case NodeKind::kList:
-                return VisitList(obj);
-            case NodeKind::kDict:
-                return VisitDict(obj);
-            case NodeKind::kOrderedDict:
-                return VisitOrderedDict(obj, reg);
-            case NodeKind::kDefaultDict:
-                return VisitDefaultDict(obj, reg);
-            case NodeKind::kCustom:
-                return VisitCustom(obj, reg);
-            case NodeKind::kDataclass:
-                return VisitDataclass(obj, reg);
-            case NodeKind::kSharedRef:
-                break;  // a treedef-only kind; Classify never returns it
-        }
-        PyErr_SetString(PyExc_SystemError, "fastree: unknown node kind");
-        return false;
+        return kinds::Read(*this, obj, reg);
     }
 
-    // ---- leaves and nodes
+ public:
+    // ---- the hooks the kinds' Read functions call (see kinds_read.h)
 
+    static constexpr bool kDef = kDefMode;
+    static constexpr bool kPaths = kPathsMode;
+
+    // Where a node's children start: leaves and nodes so far.
+    struct Mark {
+        size_t leaves;
+        size_t nodes;
+    };
+    Mark Begin() const { return Mark{leaves_->size(), kDef ? def_->nodes.size() : 0}; }
+
+    // Appends the node for a container whose children have just been visited (kDef only).
+    // `node_data` is stolen.
+    // Inlined into each caller, with everything it calls inlined into it: as calls, the
+    // vector's emplace_back and then this itself were a tenth of the walk's instructions.
+    // (Out of line it cost a big sorted dict 8% and gained a 500-deep tree nothing measurable.)
+    [[gnu::always_inline, gnu::flatten]] void Finish(NodeKind kind, Mark mark, Py_ssize_t arity,
+                                                     PyObject* node_data = nullptr,
+                                                     const Registration* custom = nullptr,
+                                                     Py_ssize_t keys_begin = 0) {
+        // Filled in place: a Node assembled on the stack from narrow stores and then copied with
+        // wide loads stalls on store forwarding, once per node.
+        Ref data(node_data);  // owned until the payload table holds it
+        Node& node = def_->nodes.emplace_back();
+        node.kind = kind;
+        node.arity = static_cast<Count>(arity);
+        node.num_leaves = static_cast<Count>(leaves_->size() - mark.leaves);
+        node.num_nodes = static_cast<Count>(def_->nodes.size() - mark.nodes);  // incl. this one
+        if (HasPayload(kind)) {
+            node.payload = def_->AddPayload(data.get(), custom);
+            data.release();
+        } else {
+            node.keys_begin = static_cast<Count>(keys_begin);
+        }
+    }
+
+    // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. With
+    // key paths the items keep their keys (Values makes each one's key entry); otherwise each
+    // key's reference moves over.
+    Py_ssize_t TakeDictKeys(Items& items) {
+        const Py_ssize_t keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
+        for (size_t i = 0; i < items.size(); ++i) {
+            def_->keys.push_back(items[i].key);
+            if constexpr (kPaths) {
+                Py_INCREF(items[i].key);
+            } else {
+                items[i].key = nullptr;
+            }
+        }
+        return keys_begin;
+    }
+
+ private:
     [[gnu::noinline]] int CallIsLeaf(PyObject* obj) {
         PyObject* r;
         if (is_leaf_takes_path_) {
@@ -146,6 +168,7 @@ class Flattener {
         return truth;
     }
 
+ public:
     // Appends a leaf. A borrowed one gets a new reference; a held one moves into the leaf list.
     template <bool kOwned>
     [[gnu::always_inline]] bool AddLeaf(MaybeOwned<kOwned>& obj) {
@@ -167,31 +190,6 @@ class Flattener {
     bool AddLeaf(PyObject* obj) {
         MaybeOwned<false> borrowed(obj);
         return AddLeaf(borrowed);
-    }
-
-    // Appends the node for a container whose children have just been visited.
-    // `node_data` is stolen.
-    // Inlined into each caller, with everything it calls inlined into it: as calls, the
-    // vector's emplace_back and then PushNode itself were a tenth of the walk's instructions.
-    // (Out of line it cost a big sorted dict 8% and gained a 500-deep tree nothing measurable.)
-    [[gnu::always_inline, gnu::flatten]] void PushNode(
-        NodeKind kind, Py_ssize_t arity, size_t leaves_before, size_t nodes_before,
-        PyObject* node_data = nullptr, const Registration* custom = nullptr,
-        Py_ssize_t keys_begin = 0) {
-        // Filled in place: a Node assembled on the stack from narrow stores and then copied with
-        // wide loads stalls on store forwarding, once per node.
-        Ref data(node_data);  // owned until the payload table holds it
-        Node& node = def_->nodes.emplace_back();
-        node.kind = kind;
-        node.arity = static_cast<Count>(arity);
-        node.num_leaves = static_cast<Count>(leaves_->size() - leaves_before);
-        node.num_nodes = static_cast<Count>(def_->nodes.size() - nodes_before);  // incl. this one
-        if (HasPayload(kind)) {
-            node.payload = def_->AddPayload(data.get(), custom);
-            data.release();
-        } else {
-            node.keys_begin = static_cast<Count>(keys_begin);
-        }
     }
 
     // Visits one child; `key` is a new reference to its path entry (only in kPaths mode).
@@ -218,8 +216,6 @@ class Flattener {
         return ok;
     }
 
-    PyObject* PathTuple() { return path_.NewTuple(); }
-
     // Where the node being visited sits, for an aux_data report: its key path when this walk
     // keeps one, else the is_leaf that shaped the walk (a path-taking one cannot be replayed).
     aux::Site Site() const {
@@ -234,194 +230,8 @@ class Flattener {
         return site;
     }
 
-    // ---- built-in containers
-
-    [[gnu::noinline]] bool VisitTuple(PyObject* obj, NodeKind kind) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        const Py_ssize_t n = PyTuple_GET_SIZE(obj);
-        Ref fields;
-        if constexpr (kPaths) {
-            if (kind == NodeKind::kNamedTuple) {
-                // Read from the object, as JAX does (a tuple is a namedtuple by its own
-                // `_fields`, see registry.h).
-                fields = Ref(PyObject_GetAttrString(obj, "_fields"));
-                if (!fields) return false;
-                // A hand-made "namedtuple" may carry any _fields: JAX's check and text.
-                if (PyObject_Length(fields.get()) != n) {
-                    PyErr_Clear();
-                    PyErr_SetString(PyExc_ValueError,
-                                    "A namedtuple's _fields attribute should have the same size "
-                                    "as the tuple.");
-                    return false;
-                }
-            }
-        }
-        if constexpr (kPaths) {
-            if (!fields && !keys::ReserveSequence(n)) return false;
-        }
-        // Tuples are immutable and `obj` is kept alive by our caller: items can be borrowed.
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            if (i + kPrefetchDistance < n) {  // see VisitList
-                PrefetchForWrite(PyTuple_GET_ITEM(obj, i + kPrefetchDistance));
-            }
-            PyObject* key = nullptr;
-            if constexpr (kPaths) {
-                if (fields) {
-                    Ref item(PySequence_GetItem(fields.get(), i));
-                    // JAX keys a field by str(name), whatever the name is.
-                    Ref name(item && !PyUnicode_CheckExact(item.get())
-                                 ? PyObject_Str(item.get())
-                                 : Py_XNewRef(item.get()));
-                    key = name ? keys::GetAttr(name.get()) : nullptr;
-                } else {
-                    key = keys::Sequence(i);
-                }
-            }
-            if (!Child(PyTuple_GET_ITEM(obj, i), key)) return false;
-        }
-        if constexpr (kDef) {
-            PyObject* node_data = kind == NodeKind::kNamedTuple
-                                      ? Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)))
-                                      : nullptr;
-            PushNode(kind, n, leaves_before, nodes_before, node_data);
-        }
-        return true;
-    }
-
-    bool VisitList(PyObject* obj) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        if constexpr (kPaths) {
-            if (!keys::ReserveSequence(PyList_GET_SIZE(obj))) return false;
-        }
-        // A callback (is_leaf, a custom flatten) may mutate the list while we walk it: re-read
-        // the size each step and hold a reference to the item we descend into.
-        Py_ssize_t i = 0;
-        for (; i < PyList_GET_SIZE(obj); ++i) {
-            // The reference taken below misses the cache on every leaf of a big list: ask for
-            // the one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
-            if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
-                PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
-            }
-            PyObject* key = nullptr;
-            if constexpr (kPaths) key = keys::Sequence(i);
-            if (!Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
-        }
-        if constexpr (kDef) PushNode(NodeKind::kList, i, leaves_before, nodes_before);
-        return true;
-    }
-
-    // The DictKey entries of a wide dict not cached yet, made in one block.
-    static bool ReserveDictKeys(const Items& items) {
-        if (items.size() < 8) return true;
-        std::vector<PyObject*> names;  // borrowed from `items`, which owns them
-        names.reserve(items.size());
-        for (size_t i = 0; i < items.size(); ++i) names.push_back(items[i].key);
-        return keys::ReserveDict(names.data(), static_cast<Py_ssize_t>(names.size()));
-    }
-
-    // Visits gathered (key, value) items in order, consuming them. `items` itself is not
-    // touched by the visits (it is this frame's), so its storage is read once.
-    bool VisitItems(Items& items) {
-        Item* const data = items.begin();
-        const size_t n = items.size();
-        for (size_t i = 0; i < n; ++i) {
-            if (i + 1 < n) PrefetchDictEntries(data[i + 1].value);
-            PyObject* key = nullptr;
-            if constexpr (kPaths) key = keys::Dict(data[i].key);
-            PyObject* value = data[i].value;  // the item's reference, handed to the visit
-            data[i].value = nullptr;
-            bool ok = Child<true>(value, key);
-            Py_CLEAR(data[i].key);
-            if (!ok) {
-                ReleaseItems(items, i + 1);
-                return false;
-            }
-        }
-        items.clear();
-        return true;
-    }
-
-    // The three dict visitors are kept out of line, with their item buffers (~160 bytes): inlined,
-    // those buffers sat in VisitNode's frame at every level of a deep tree, and on a 500-deep
-    // tree the extra stack written per call was most of a 6-9% slowdown.
-    [[gnu::noinline]] bool VisitDict(PyObject* obj) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        Items items;
-        if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*want_keys=*/kDef || kPaths)) {
-            return false;
-        }
-        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        if constexpr (kPaths) {
-            if (!ReserveDictKeys(items)) return false;
-        }
-        // Reserve this dict's key slots up front: children's keys are appended after ours.
-        Py_ssize_t keys_begin = 0;
-        if constexpr (kDef) {
-            keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
-            for (Py_ssize_t i = 0; i < n; ++i) {
-                if constexpr (kPaths) {
-                    def_->keys.push_back(items[i].key);  // VisitItems makes its key
-                    Py_INCREF(items[i].key);
-                } else {
-                    def_->keys.push_back(items[i].key);  // the item's reference moves over
-                    items[i].key = nullptr;
-                }
-            }
-        }
-        if (!VisitItems(items)) return false;
-        if constexpr (kDef) PushNode(NodeKind::kDict, n, leaves_before, nodes_before, nullptr,
-                                     nullptr, keys_begin);
-        return true;
-    }
-
-    [[gnu::noinline]] bool VisitDefaultDict(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        Items items;
-        if (!GatherDictItems(obj, items, /*wrap_error=*/false)) return false;
-        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        Ref node_data;
-        if constexpr (kDef) {
-            Ref factory(PyObject_GetAttrString(obj, "default_factory"));
-            Ref keys(factory ? KeysTuple(items) : nullptr);
-            node_data = Ref(keys ? PyTuple_Pack(2, factory.get(), keys.get()) : nullptr);
-            if (!node_data) return false;
-        }
-        if (!VisitItems(items)) return false;
-        if constexpr (kDef) PushNode(NodeKind::kDefaultDict, n, leaves_before, nodes_before,
-                                     node_data.release(), reg);
-        return true;
-    }
-
-    [[gnu::noinline]] bool VisitOrderedDict(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        Items items;
-        if (!GatherOrderedItems(obj, items)) return false;
-        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        Ref node_data;
-        if constexpr (kDef) {
-            node_data = Ref(KeysTuple(items));  // the keys in the OrderedDict's order
-            if (!node_data) return false;
-        }
-        if (!VisitItems(items)) return false;
-        if constexpr (kDef) PushNode(NodeKind::kOrderedDict, n, leaves_before, nodes_before,
-                                     node_data.release(), reg);
-        return true;
-    }
+ private:
+    PyObject* PathTuple() { return path_.NewTuple(); }
 
     // ---- identity-preserving nodes
 
@@ -441,8 +251,7 @@ class Flattener {
         }
         Py_INCREF(obj);  // owned by the map from here on
         if constexpr (kPaths) EntryDepth()[obj] = path_.size();
-        bool ok = reg->kind == NodeKind::kDataclass ? VisitDataclass(obj, reg)
-                                                    : VisitCustom(obj, reg);
+        bool ok = kinds::Read(*this, obj, reg);
         if (!ok) return false;
         seen_->Find(obj)->value = kDef ? def_->num_nodes() - 1 : 0;  // re-find: may have grown
         return true;
@@ -467,119 +276,6 @@ class Flattener {
                          reinterpret_cast<PyObject*>(Py_TYPE(obj)));
         }
         return false;
-    }
-
-    // ---- registered nodes
-
-    bool VisitDataclass(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        Ref node_data;
-        if constexpr (kDef) {
-            node_data = Ref(GetAttrs(obj, reg->meta_fields));
-            if (!node_data) return false;
-            if (!aux::Check(reg->type, node_data.get(), Site())) return false;
-        }
-        const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* name = PyTuple_GET_ITEM(reg->data_fields, i);  // the registration's
-            Ref child(PyObject_GetAttr(obj, name));
-            if (!child) return false;
-            PyObject* key = nullptr;
-            if constexpr (kPaths) key = keys::GetAttr(name);
-            if (!Child(child.get(), key)) return false;
-        }
-        if constexpr (kDef) PushNode(NodeKind::kDataclass, n, leaves_before, nodes_before,
-                                     node_data.release(), reg);
-        return true;
-    }
-
-    bool VisitCustom(PyObject* obj, const Registration* reg) {
-        RecursionGuard guard(kFlattenRecursionWhere);
-        if (!guard.ok()) return false;
-        const size_t leaves_before = leaves_->size();
-        const size_t nodes_before = kDef ? def_->nodes.size() : 0;
-        // Which callback: key paths want keys (the registered with-keys function, or JAX's own
-        // for JAX-only types); plain flattening prefers the cheaper keyless function.
-        PyObject* fn;
-        bool with_keys;
-        if (kPaths && reg->flatten_with_keys != nullptr) {
-            fn = reg->flatten_with_keys;
-            with_keys = true;
-        } else if (kPaths && reg->from_jax && registry::JaxFlattenWithKeys() != nullptr) {
-            fn = registry::JaxFlattenWithKeys();
-            with_keys = true;
-        } else if (reg->flatten != nullptr) {
-            fn = reg->flatten;
-            with_keys = false;
-        } else {
-            fn = reg->flatten_with_keys;
-            with_keys = true;
-        }
-        // Held for the call: JAX's functions are module globals that re-installing the bridge
-        // (Python code, which the call itself can run) would release.
-        Ref held_fn(Py_NewRef(fn));
-        Ref result(PyObject_CallOneArg(held_fn.get(), obj));
-        if (!result) return false;
-        PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
-        PyObject* aux;
-        if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
-        if constexpr (kDef) {  // aux only matters where it enters a treedef
-            if (!aux::Check(reg->type, aux, Site())) return false;
-        }
-        Py_ssize_t arity = 0;
-        bool ok = with_keys ? VisitKeyedChildren(children, result.get(), &arity)
-                            : VisitChildren(children, result.get(), &arity);
-        if (!ok) return false;
-        if constexpr (kDef) PushNode(NodeKind::kCustom, arity, leaves_before, nodes_before,
-                                     Py_NewRef(aux), reg);
-        return true;
-    }
-
-    bool VisitChildren(PyObject* children, PyObject* result, Py_ssize_t* arity) {
-        if (PyTuple_CheckExact(children)) {  // the common case: no iterator object needed
-            const Py_ssize_t n = PyTuple_GET_SIZE(children);
-            if constexpr (kPaths) {
-                if (!keys::ReserveFlattenedIndex(n)) return false;
-            }
-            for (Py_ssize_t i = 0; i < n; ++i) {
-                PyObject* key = nullptr;
-                if constexpr (kPaths) key = keys::FlattenedIndex(i);
-                if (!Child(PyTuple_GET_ITEM(children, i), key)) return false;
-            }
-            *arity = n;
-            return true;
-        }
-        Ref it(IterChildren(children, result, /*with_keys=*/false));
-        if (!it) return false;
-        Py_ssize_t i = 0;
-        while (Ref child{PyIter_Next(it.get())}) {
-            PyObject* key = nullptr;
-            if constexpr (kPaths) key = keys::FlattenedIndex(i);
-            if (!Child(child.get(), key)) return false;
-            ++i;
-        }
-        if (PyErr_Occurred()) return false;
-        *arity = i;
-        return true;
-    }
-
-    bool VisitKeyedChildren(PyObject* pairs, PyObject* result, Py_ssize_t* arity) {
-        Ref it(IterChildren(pairs, result, /*with_keys=*/true));
-        if (!it) return false;
-        Py_ssize_t i = 0;
-        while (Ref pair{PyIter_Next(it.get())}) {
-            if (!CheckKeyChildPair(pair.get())) return false;  // a 2-tuple from here on
-            PyObject* key = nullptr;
-            if constexpr (kPaths) key = Py_NewRef(PyTuple_GET_ITEM(pair.get(), 0));
-            if (!Child(PyTuple_GET_ITEM(pair.get(), 1), key)) return false;
-            ++i;
-        }
-        if (PyErr_Occurred()) return false;
-        *arity = i;
-        return true;
     }
 
     bool one_level_;  // flatten_one_level: every child of the root is taken as a leaf

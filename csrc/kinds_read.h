@@ -1,0 +1,379 @@
+// Reading an object of each kind: how flatten (and flatten_one_level, and tree_map's walk) take
+// a node apart. Each kind's Read<Walk> is declared in its struct (node_kinds.h) and defined here.
+//
+// A Read visits the node's children through the walk and then reports the node. What it asks of
+// `Walk` (the Flattener in flatten.cpp):
+//   Walk::kDef, Walk::kPaths   whether a treedef / key paths are being built (node data and key
+//                              entries are made only when wanted)
+//   w.Begin()                  a Mark: the walk's position before the node's children
+//   w.Child<kOwned>(c, key)    visits child `c` (borrowed, or owned and given up if kOwned) under
+//                              key entry `key` (a new reference; null in kPaths mode = error)
+//   w.Finish(kind, mark, arity, node_data, custom, keys_begin)
+//                              appends the node (node_data stolen; keys_begin for dicts)
+//   w.TakeDictKeys(items)      kDef: stores a dict's sorted keys in the treedef; their position
+//   w.Site()                   where the node is, for aux_data reports
+//   w.AddLeaf(obj)             the leaf kind
+// Every Read holds a RecursionGuard while its children are visited: a tree too deep for the
+// interpreter's limit fails with JAX's RecursionError text rather than overflowing the C stack.
+#pragma once
+
+#include <Python.h>
+
+#include <vector>
+
+#include "aux_check.h"
+#include "custom_output.h"
+#include "dict_items.h"
+#include "keys.h"
+#include "node_kinds.h"
+#include "pyutils.h"
+#include "walkers.h"
+
+namespace fastree {
+namespace kinds {
+namespace read {
+
+// The keys of gathered (key, value) items, as a new tuple (an OrderedDict's or defaultdict's
+// node data).
+inline PyObject* KeysTuple(const fastree::Items& items) {
+    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
+    if (t == nullptr) return nullptr;
+    for (size_t i = 0; i < items.size(); ++i) {
+        PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), Py_NewRef(items[i].key));
+    }
+    return t;
+}
+
+// The DictKey entries of a wide dict not cached yet, made in one block.
+inline bool ReserveDictKeys(const fastree::Items& items) {
+    if (items.size() < 8) return true;
+    std::vector<PyObject*> names;  // borrowed from `items`, which owns them
+    names.reserve(items.size());
+    for (size_t i = 0; i < items.size(); ++i) names.push_back(items[i].key);
+    return keys::ReserveDict(names.data(), static_cast<Py_ssize_t>(names.size()));
+}
+
+// Visits gathered (key, value) items in order, consuming them. `items` itself is not touched by
+// the visits (it is the caller's frame's), so its storage is read once.
+template <class Walk>
+bool Values(Walk& w, fastree::Items& items) {
+    Item* const data = items.begin();
+    const size_t n = items.size();
+    for (size_t i = 0; i < n; ++i) {
+        if (i + 1 < n) PrefetchDictEntries(data[i + 1].value);
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = keys::Dict(data[i].key);
+        PyObject* value = data[i].value;  // the item's reference, handed to the visit
+        data[i].value = nullptr;
+        bool ok = w.template Child<true>(value, key);
+        Py_CLEAR(data[i].key);
+        if (!ok) {
+            ReleaseItems(items, i + 1);
+            return false;
+        }
+    }
+    items.clear();
+    return true;
+}
+
+// A custom node's children, from the keyless flatten function's output.
+template <class Walk>
+bool Children(Walk& w, PyObject* children, PyObject* result, Py_ssize_t* arity) {
+    if (PyTuple_CheckExact(children)) {  // the common case: no iterator object needed
+        const Py_ssize_t n = PyTuple_GET_SIZE(children);
+        if constexpr (Walk::kPaths) {
+            if (!keys::ReserveFlattenedIndex(n)) return false;
+        }
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* key = nullptr;
+            if constexpr (Walk::kPaths) key = keys::FlattenedIndex(i);
+            if (!w.Child(PyTuple_GET_ITEM(children, i), key)) return false;
+        }
+        *arity = n;
+        return true;
+    }
+    Ref it(IterChildren(children, result, /*with_keys=*/false));
+    if (!it) return false;
+    Py_ssize_t i = 0;
+    while (Ref child{PyIter_Next(it.get())}) {
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = keys::FlattenedIndex(i);
+        if (!w.Child(child.get(), key)) return false;
+        ++i;
+    }
+    if (PyErr_Occurred()) return false;
+    *arity = i;
+    return true;
+}
+
+// A custom node's children, from a with-keys flatten function's ((key, child), ...) output.
+template <class Walk>
+bool KeyedChildren(Walk& w, PyObject* pairs, PyObject* result, Py_ssize_t* arity) {
+    Ref it(IterChildren(pairs, result, /*with_keys=*/true));
+    if (!it) return false;
+    Py_ssize_t i = 0;
+    while (Ref pair{PyIter_Next(it.get())}) {
+        if (!CheckKeyChildPair(pair.get())) return false;  // a 2-tuple from here on
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = Py_NewRef(PyTuple_GET_ITEM(pair.get(), 0));
+        if (!w.Child(PyTuple_GET_ITEM(pair.get(), 1), key)) return false;
+        ++i;
+    }
+    if (PyErr_Occurred()) return false;
+    *arity = i;
+    return true;
+}
+
+}  // namespace read
+
+// ---- defaults: the leaf, and the treedef-only shared reference
+
+template <class Walk>
+bool KindBase::Read(Walk&, PyObject*, const Registration*) {
+    PyErr_SetString(PyExc_SystemError, "fastree: this node kind is never read from an object");
+    return false;
+}
+
+template <class Walk>
+bool LeafKind::Read(Walk& w, PyObject* obj, const Registration*) {
+    return w.AddLeaf(obj);
+}
+
+template <class Walk>
+bool NoneKind::Read(Walk& w, PyObject*, const Registration*) {
+    if constexpr (Walk::kDef) w.Finish(kKind, w.Begin(), 0);
+    return true;
+}
+
+// ---- tuple, namedtuple, list
+
+// Tuples and namedtuples share it (a namedtuple's node data is its class; its children are keyed
+// by field name). Out of line: its frame is paid only by tuple levels of a deep tree.
+template <class Walk>
+[[gnu::noinline]] bool TupleKind::ReadTuple(Walk& w, PyObject* obj, NodeKind kind) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+    const bool named = kind == NamedTupleKind::kKind;
+    Ref fields;
+    if constexpr (Walk::kPaths) {
+        if (named) {
+            // Read from the object, as JAX does (a tuple is a namedtuple by its own `_fields`,
+            // see registry.h).
+            fields = Ref(PyObject_GetAttrString(obj, "_fields"));
+            if (!fields) return false;
+            // A hand-made "namedtuple" may carry any _fields: JAX's check and text.
+            if (PyObject_Length(fields.get()) != n) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError,
+                                "A namedtuple's _fields attribute should have the same size "
+                                "as the tuple.");
+                return false;
+            }
+        }
+        if (!fields && !keys::ReserveSequence(n)) return false;
+    }
+    // Tuples are immutable and `obj` is kept alive by the caller: items can be borrowed.
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (i + kPrefetchDistance < n) {  // see ListKind::Read
+            PrefetchForWrite(PyTuple_GET_ITEM(obj, i + kPrefetchDistance));
+        }
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) {
+            if (fields) {
+                Ref item(PySequence_GetItem(fields.get(), i));
+                // JAX keys a field by str(name), whatever the name is.
+                Ref name(item && !PyUnicode_CheckExact(item.get()) ? PyObject_Str(item.get())
+                                                                  : Py_XNewRef(item.get()));
+                key = name ? keys::GetAttr(name.get()) : nullptr;
+            } else {
+                key = keys::Sequence(i);
+            }
+        }
+        if (!w.Child(PyTuple_GET_ITEM(obj, i), key)) return false;
+    }
+    if constexpr (Walk::kDef) {
+        PyObject* node_data =
+            named ? Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
+        w.Finish(kind, mark, n, node_data);
+    }
+    return true;
+}
+
+template <class Walk>
+bool TupleKind::Read(Walk& w, PyObject* obj, const Registration*) {
+    return ReadTuple(w, obj, kKind);
+}
+
+template <class Walk>
+bool NamedTupleKind::Read(Walk& w, PyObject* obj, const Registration*) {
+    return TupleKind::ReadTuple(w, obj, kKind);
+}
+
+template <class Walk>
+bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    if constexpr (Walk::kPaths) {
+        if (!keys::ReserveSequence(PyList_GET_SIZE(obj))) return false;
+    }
+    // A callback (is_leaf, a custom flatten) may mutate the list while we walk it: re-read the
+    // size each step and hold a reference to the item we descend into.
+    Py_ssize_t i = 0;
+    for (; i < PyList_GET_SIZE(obj); ++i) {
+        // The reference taken below misses the cache on every leaf of a big list: ask for the
+        // one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
+        if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
+            PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
+        }
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = keys::Sequence(i);
+        if (!w.template Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
+    }
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, i);
+    return true;
+}
+
+// ---- dict, defaultdict, OrderedDict
+//
+// The three are kept out of line, with their item buffers (~160 bytes): inlined, those buffers
+// sat in the walk's node frame at every level of a deep tree, and on a 500-deep tree the extra
+// stack written per call was most of a 6-9% slowdown.
+
+template <class Walk>
+[[gnu::noinline]] bool DictKind::Read(Walk& w, PyObject* obj, const Registration*) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    fastree::Items items;
+    if (!GatherDictItems(obj, items, /*wrap_error=*/true,
+                         /*want_keys=*/Walk::kDef || Walk::kPaths)) {
+        return false;
+    }
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    if constexpr (Walk::kPaths) {
+        if (!read::ReserveDictKeys(items)) return false;
+    }
+    // This dict's key slots come first: its children's keys are appended after them.
+    Py_ssize_t keys_begin = 0;
+    if constexpr (Walk::kDef) keys_begin = w.TakeDictKeys(items);
+    if (!read::Values(w, items)) return false;
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
+    return true;
+}
+
+template <class Walk>
+[[gnu::noinline]] bool DefaultDictKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    fastree::Items items;
+    if (!GatherDictItems(obj, items, /*wrap_error=*/false)) return false;
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Ref node_data;
+    if constexpr (Walk::kDef) {
+        Ref factory(PyObject_GetAttrString(obj, "default_factory"));
+        Ref keys(factory ? read::KeysTuple(items) : nullptr);
+        node_data = Ref(keys ? PyTuple_Pack(2, factory.get(), keys.get()) : nullptr);
+        if (!node_data) return false;
+    }
+    if (!read::Values(w, items)) return false;
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    return true;
+}
+
+template <class Walk>
+[[gnu::noinline]] bool OrderedDictKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    fastree::Items items;
+    if (!GatherOrderedItems(obj, items)) return false;
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Ref node_data;
+    if constexpr (Walk::kDef) {
+        node_data = Ref(read::KeysTuple(items));  // the keys in the OrderedDict's order
+        if (!node_data) return false;
+    }
+    if (!read::Values(w, items)) return false;
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    return true;
+}
+
+// ---- registered nodes
+
+template <class Walk>
+bool DataclassKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    Ref node_data;
+    if constexpr (Walk::kDef) {
+        node_data = Ref(GetAttrs(obj, reg->meta_fields));
+        if (!node_data) return false;
+        if (!aux::Check(reg->type, node_data.get(), w.Site())) return false;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(reg->data_fields);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* name = PyTuple_GET_ITEM(reg->data_fields, i);  // the registration's
+        Ref child(PyObject_GetAttr(obj, name));
+        if (!child) return false;
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = keys::GetAttr(name);
+        if (!w.Child(child.get(), key)) return false;
+    }
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    return true;
+}
+
+template <class Walk>
+bool CustomKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    // Which callback: key paths want keys (the registered with-keys function, or JAX's own for
+    // JAX-only types); plain flattening prefers the cheaper keyless function.
+    PyObject* fn;
+    bool with_keys;
+    if (Walk::kPaths && reg->flatten_with_keys != nullptr) {
+        fn = reg->flatten_with_keys;
+        with_keys = true;
+    } else if (Walk::kPaths && reg->from_jax && registry::JaxFlattenWithKeys() != nullptr) {
+        fn = registry::JaxFlattenWithKeys();
+        with_keys = true;
+    } else if (reg->flatten != nullptr) {
+        fn = reg->flatten;
+        with_keys = false;
+    } else {
+        fn = reg->flatten_with_keys;
+        with_keys = true;
+    }
+    // Held for the call: JAX's functions are module globals that re-installing the bridge
+    // (Python code, which the call itself can run) would release.
+    Ref held_fn(Py_NewRef(fn));
+    Ref result(PyObject_CallOneArg(held_fn.get(), obj));
+    if (!result) return false;
+    PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
+    PyObject* aux;
+    if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
+    if constexpr (Walk::kDef) {  // aux only matters where it enters a treedef
+        if (!aux::Check(reg->type, aux, w.Site())) return false;
+    }
+    Py_ssize_t arity = 0;
+    bool ok = with_keys ? read::KeyedChildren(w, children, result.get(), &arity)
+                        : read::Children(w, children, result.get(), &arity);
+    if (!ok) return false;
+    if constexpr (Walk::kDef) w.Finish(kKind, mark, arity, Py_NewRef(aux), reg);
+    return true;
+}
+
+// Reads `obj`, of registration `reg`, into the walk.
+template <class Walk>
+[[gnu::always_inline]] inline bool Read(Walk& w, PyObject* obj, const Registration* reg) {
+    return Dispatch(reg->kind, [&](auto kind) { return decltype(kind)::Read(w, obj, reg); });
+}
+
+}  // namespace kinds
+}  // namespace fastree
