@@ -9,7 +9,8 @@
 //   w.Child<kOwned>(c, key)    visits child `c` (borrowed, or owned and given up if kOwned) under
 //                              key entry `key` (a new reference; null in kPaths mode = error)
 //   w.Finish(kind, mark, arity, node_data, custom, keys_begin)
-//                              appends the node (node_data stolen; keys_begin for dicts)
+//                              appends the node (node_data stolen; keys_begin for dicts);
+//                              false with an error set if that fails (tree_map's rebuild can)
 //   w.TakeDictKeys(items)      kDef: stores a dict's sorted keys in the treedef; their position
 //   w.Site()                   where the node is, for aux_data reports
 //   w.AddLeaf(obj)             the leaf kind
@@ -141,7 +142,7 @@ bool LeafKind::Read(Walk& w, PyObject* obj, const Registration*) {
 
 template <class Walk>
 bool NoneKind::Read(Walk& w, PyObject*, const Registration*) {
-    if constexpr (Walk::kDef) w.Finish(kKind, w.Begin(), 0);
+    if constexpr (Walk::kDef) return w.Finish(kKind, w.Begin(), 0);
     return true;
 }
 
@@ -196,7 +197,7 @@ template <class Walk>
     if constexpr (Walk::kDef) {
         PyObject* node_data =
             named ? Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
-        w.Finish(kind, mark, n, node_data);
+        return w.Finish(kind, mark, n, node_data);
     }
     return true;
 }
@@ -232,7 +233,7 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
         if constexpr (Walk::kPaths) key = keys::Sequence(i);
         if (!w.template Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
     }
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, i);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, i);
     return true;
 }
 
@@ -260,7 +261,7 @@ template <class Walk>
     Py_ssize_t keys_begin = 0;
     if constexpr (Walk::kDef) keys_begin = w.TakeDictKeys(items);
     if (!read::Values(w, items)) return false;
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
     return true;
 }
 
@@ -280,7 +281,7 @@ template <class Walk>
         if (!node_data) return false;
     }
     if (!read::Values(w, items)) return false;
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
     return true;
 }
 
@@ -298,7 +299,7 @@ template <class Walk>
         if (!node_data) return false;
     }
     if (!read::Values(w, items)) return false;
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
     return true;
 }
 
@@ -324,7 +325,7 @@ bool DataclassKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
         if constexpr (Walk::kPaths) key = keys::GetAttr(name);
         if (!w.Child(child.get(), key)) return false;
     }
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, n, node_data.release(), reg);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
     return true;
 }
 
@@ -365,7 +366,7 @@ bool CustomKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     bool ok = with_keys ? read::KeyedChildren(w, children, result.get(), &arity)
                         : read::Children(w, children, result.get(), &arity);
     if (!ok) return false;
-    if constexpr (Walk::kDef) w.Finish(kKind, mark, arity, Py_NewRef(aux), reg);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, arity, Py_NewRef(aux), reg);
     return true;
 }
 

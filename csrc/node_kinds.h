@@ -20,6 +20,7 @@
 //                               handed to the walk (kinds_expect.h)
 //   Read(walk, obj, reg)        flatten and one-level: `obj` taken apart into the walk
 //                               (kinds_read.h)
+//   Map(walk, obj, reg)         tree_map's single pass: `obj` mapped and rebuilt
 //   kDataIsType                 the payload is the node's class (compared by identity as shape)
 #pragma once
 
@@ -65,6 +66,12 @@ struct KindBase {
     static constexpr bool kDataIsType = false;
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // SystemError
+    // tree_map's single pass (map_single_pass.cpp): by default a node is read as flatten reads
+    // it and rebuilt as unflatten builds it; the hot built-in kinds have in-place paths.
+    template <class Walk>
+    static PyObject* Map(Walk& w, PyObject* obj, const Registration* reg) {
+        return w.MapByReading(obj, reg);
+    }
     static PyObject* Type(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* Data(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* ChildKey(const NodeParts&, Py_ssize_t k);  // FlattenedIndexKey(k)
@@ -95,6 +102,8 @@ struct NoneKind : KindBase {
     static constexpr const char* kName = "none";  // as PyTreeDef._nodes() reports it
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    template <class Walk>
+    static PyObject* Map(Walk&, PyObject*, const Registration*) { return Py_NewRef(Py_None); }
     static PyObject* Type(const NodeParts&);
     static PyObject* Build(const NodeParts&, PyObject**) { return Py_NewRef(Py_None); }
     static bool CheckParts(const NodeParts& parts, PyObject* type);
@@ -112,6 +121,10 @@ struct TupleKind : KindBase {
     static constexpr const char* kName = "tuple";  // as PyTreeDef._nodes() reports it
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    template <class Walk>
+    static PyObject* Map(Walk& w, PyObject* obj, const Registration*) {
+        return w.MapSequence(obj, /*is_list=*/false);
+    }
     static PyObject* Type(const NodeParts&);
     static PyObject* ChildKey(const NodeParts&, Py_ssize_t k);  // SequenceKey(k)
     static PyObject* Build(const NodeParts& parts, PyObject** children);
@@ -124,6 +137,10 @@ struct ListKind : KindBase {
     static constexpr const char* kName = "list";  // as PyTreeDef._nodes() reports it
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    template <class Walk>
+    static PyObject* Map(Walk& w, PyObject* obj, const Registration*) {
+        return w.MapSequence(obj, /*is_list=*/true);
+    }
     static PyObject* Type(const NodeParts&);
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k) {
         return TupleKind::ChildKey(parts, k);
@@ -138,6 +155,8 @@ struct DictKind : KindBase {
     static constexpr const char* kName = "dict";  // as PyTreeDef._nodes() reports it
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    template <class Walk>
+    static PyObject* Map(Walk& w, PyObject* obj, const Registration*) { return w.MapDict(obj); }
     static PyObject* Type(const NodeParts&);
     static PyObject* Data(const NodeParts& parts);  // the sorted keys, as a list (JAX's)
     static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);  // DictKey(keys[k])
@@ -171,6 +190,10 @@ struct NamedTupleKind : KindBase {
     static constexpr const char* kName = "namedtuple";  // as PyTreeDef._nodes() reports it
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    template <class Walk>
+    static PyObject* Map(Walk& w, PyObject* obj, const Registration*) {
+        return w.MapNamedTuple(obj);
+    }
     // The payload is the class itself: part of the shape, like a custom node's registration.
     static constexpr bool kDataIsType = true;
     static PyObject* Type(const NodeParts& parts) { return Py_NewRef(parts.data); }
@@ -288,6 +311,12 @@ inline const char* Name(NodeKind k) {
 inline constexpr size_t kNumKinds = static_cast<size_t>(NodeKind::kSharedRef) + 1;
 inline bool DataIsType(NodeKind k) {
     return Dispatch(k, [](auto kind) { return decltype(kind)::kDataIsType; });
+}
+
+// tree_map's single pass over `obj` (a new reference; see map_single_pass.cpp).
+template <class Walk>
+[[gnu::always_inline]] inline PyObject* Map(Walk& w, PyObject* obj, const Registration* reg) {
+    return Dispatch(reg->kind, [&](auto kind) { return decltype(kind)::Map(w, obj, reg); });
 }
 
 // node_data() as JAX returns it for one node: None for a leaf, else (type, data).

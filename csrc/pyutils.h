@@ -112,6 +112,19 @@ inline void PushNewRef(Vec& vec, PyObject* obj) {
     Py_INCREF(obj);
 }
 
+// Appends `obj`, an owned reference, to `vec`. If growing the vector throws (std::bad_alloc),
+// the reference is released before the exception goes on: the caller never holds it unowned.
+// (A try block costs nothing on the path that does not throw.)
+template <class Vec>
+inline void PushOwned(Vec& vec, PyObject* obj) {
+    try {
+        vec.push_back(obj);
+    } catch (...) {
+        Py_DECREF(obj);
+        throw;
+    }
+}
+
 // Leaves are scattered through the heap, and taking a reference writes to each one: on large
 // trees that cache miss per leaf is most of unflatten's own time. Loops that know the leaves in
 // advance ask for the one kPrefetchDistance positions ahead, so its miss overlaps the work in

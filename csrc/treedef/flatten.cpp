@@ -109,7 +109,7 @@ class Flattener {
     // Inlined into each caller, with everything it calls inlined into it: as calls, the
     // vector's emplace_back and then this itself were a tenth of the walk's instructions.
     // (Out of line it cost a big sorted dict 8% and gained a 500-deep tree nothing measurable.)
-    [[gnu::always_inline, gnu::flatten]] void Finish(NodeKind kind, Mark mark, Py_ssize_t arity,
+    [[gnu::always_inline, gnu::flatten]] bool Finish(NodeKind kind, Mark mark, Py_ssize_t arity,
                                                      PyObject* node_data = nullptr,
                                                      const Registration* custom = nullptr,
                                                      Py_ssize_t keys_begin = 0) {
@@ -127,6 +127,7 @@ class Flattener {
         } else {
             node.keys_begin = static_cast<Count>(keys_begin);
         }
+        return true;
     }
 
     // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. With

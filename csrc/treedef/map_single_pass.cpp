@@ -35,7 +35,7 @@
 #include "custom_output.h"
 #include "dict_items.h"
 #include "pointer_map.h"
-#include "node_kinds.h"
+#include "kinds_read.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -76,7 +76,7 @@ class SinglePassMapper {
     // (failed()), the result is a placeholder: the walk only looks for flatten errors.
     [[gnu::always_inline]] PyObject* Visit(PyObject* obj) {
         const Registration* reg = registry::Classify(obj);
-        if (reg->kind == NodeKind::kLeaf) return CallF(obj);
+        if (reg->IsLeaf()) return CallF(obj);
         return VisitNode(obj, reg);
     }
 
@@ -97,129 +97,23 @@ class SinglePassMapper {
         return Py_NewRef(Py_None);
     }
 
-    // Containers hold a RecursionGuard while their children are mapped, as in flatten, so a
-    // tree too deep for flatten is too deep here at the same depth.
+    // Each kind says how it is mapped (node_kinds.h, Map): lists, tuples, namedtuples and dicts
+    // by the in-place paths below, every other kind by MapByReading.
     [[gnu::noinline]] PyObject* VisitNode(PyObject* obj, const Registration* reg) {
-        switch (reg->kind) {
-            case NodeKind::kNone:
-                return Py_NewRef(Py_None);
-            case NodeKind::kTuple:
-                return VisitSequence(obj, /*is_list=*/false);
-            case NodeKind::kList:
-                return VisitSequence(obj, /*is_list=*/true);
-            case NodeKind::kDict:
-                return VisitDict(obj);
-            default:
-                return reg->preserve_identity ? VisitShared(obj, reg) : VisitRegistered(obj, reg);
-        }
+        if (reg->preserve_identity) return VisitShared(obj, reg);
+        return kinds::Map(*this, obj, reg);
     }
 
-    // The common registered kinds have paths of their own here; the rest go through
-    // VisitOneLevel, which costs a throw-away one-node treedef per node.
-    PyObject* VisitRegistered(PyObject* obj, const Registration* reg) {
-        switch (reg->kind) {
-            case NodeKind::kNamedTuple:
-                return VisitNamedTuple(obj);
-            case NodeKind::kDataclass:
-                return VisitDataclass(obj, reg);
-            case NodeKind::kOrderedDict:
-            case NodeKind::kDefaultDict:
-                return VisitMapping(obj, reg);
-            case NodeKind::kCustom:
-                if (reg->flatten != nullptr) return VisitCustom(obj, reg);
-                break;
-            default:
-                break;
-        }
-        return VisitOneLevel(obj);
-    }
+ public:
+    // ---- what the kinds' Map functions call
 
     // A namedtuple is a tuple: mapped as one, then rebuilt as type(*items), as unflatten does.
-    PyObject* VisitNamedTuple(PyObject* obj) {
-        PyObject* items = VisitSequence(obj, /*is_list=*/false);
+    PyObject* MapNamedTuple(PyObject* obj) {
+        PyObject* items = MapSequence(obj, /*is_list=*/false);
         if (items == nullptr || failed()) return items;
         PyObject* out = PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items, nullptr);
         Py_DECREF(items);
         return out;
-    }
-
-    // register_dataclass: fields read and the instance rebuilt by flatten's and unflatten's rules
-    // (meta fields as aux_data, checked; data fields as children; the class called by keyword).
-    PyObject* VisitDataclass(PyObject* obj, const Registration* reg) {
-        RefSmallVector<8> children;  // owned
-        Ref meta;
-        {
-            RecursionGuard guard(kFlattenRecursionWhere);
-            if (!guard.ok()) return nullptr;
-            meta = Ref(GetAttrs(obj, reg->meta_fields));
-            if (!meta || !aux::Check(reg->type, meta.get(), aux::Site{root_})) return nullptr;
-            Ref data(GetAttrs(obj, reg->data_fields));
-            if (!data) return nullptr;
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(data.get()); ++i) {
-                PushNewRef(children, PyTuple_GET_ITEM(data.get(), i));
-            }
-            if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
-                failed()) {
-                return Stopped();  // `children` releases what it holds
-            }
-        }
-        NodeParts parts;
-        parts.kind = reg->kind;
-        parts.arity = static_cast<Py_ssize_t>(children.size());
-        parts.data = meta.get();
-        parts.custom = reg;
-        PyObject* out = kinds::Build(parts, children.begin());
-        children.clear();  // consumed
-        return out;
-    }
-
-    // OrderedDict (its own iteration order) and defaultdict (sorted keys, as a dict), rebuilt as
-    // unflatten does: a new instance (with the same default_factory), filled through __setitem__.
-    PyObject* VisitMapping(PyObject* obj, const Registration* reg) {
-        const bool ordered = reg->kind == NodeKind::kOrderedDict;
-        Items items;  // owned (key, child) pairs
-        Ref factory;
-        {
-            RecursionGuard guard(kFlattenRecursionWhere);
-            if (!guard.ok()) return nullptr;
-            if (ordered ? !GatherOrderedItems(obj, items)
-                        : !GatherDictItems(obj, items, /*wrap_error=*/false)) {
-                return nullptr;
-            }
-            if (!ordered) {
-                factory = Ref(PyObject_GetAttrString(obj, "default_factory"));
-                if (!factory) {
-                    ReleaseItems(items, 0);
-                    return nullptr;
-                }
-            }
-            if (!MapEach(items.size(), [&](size_t i) -> PyObject*& { return items[i].value; }) ||
-                failed()) {
-                ReleaseItems(items, 0);
-                return Stopped();
-            }
-        }
-        PyObject* out = ordered ? PyObject_CallNoArgs(reg->type)
-                                : PyObject_CallOneArg(reg->type, factory.get());
-        for (size_t i = 0; out != nullptr && i < items.size(); ++i) {
-            if (PyObject_SetItem(out, items[i].key, items[i].value) < 0) Py_CLEAR(out);
-        }
-        ReleaseItems(items, 0);
-        return out;
-    }
-
-    // Replaces the owned reference slot(i), for i < n, by its mapped value. On a flatten error
-    // returns false; every slot then still holds one owned reference (the old or the new value).
-    template <class Slot>
-    bool MapEach(size_t n, Slot&& slot) {
-        for (size_t i = 0; i < n; ++i) {
-            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
-            if (i + 1 < n) PrefetchDictEntries(slot(i + 1));
-            PyObject* mapped = Visit(slot(i));
-            if (mapped == nullptr) return false;
-            Py_SETREF(slot(i), mapped);
-        }
-        return true;
     }
 
     // Lists and tuples. The output container is made first and filled with new references to
@@ -227,7 +121,7 @@ class SinglePassMapper {
     // each is then replaced in place by its mapped value. No copy of the items goes through a
     // buffer, which on small trees was a visible share of the call. The new container is ours
     // alone until it is returned, so filling a tuple in place is safe.
-    PyObject* VisitSequence(PyObject* obj, bool is_list) {
+    PyObject* MapSequence(PyObject* obj, bool is_list) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Py_ssize_t n;
@@ -253,7 +147,8 @@ class SinglePassMapper {
         return out.release();
     }
 
-    PyObject* VisitDict(PyObject* obj) {
+    // Plain dicts: the gathered items' values replaced in place, the dict rebuilt from them.
+    PyObject* MapDict(PyObject* obj) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Items items;  // owned (key, value) pairs, in sorted-key order
@@ -272,86 +167,115 @@ class SinglePassMapper {
         return out;
     }
 
-    // A custom node with a flatten function (nearly every registered class, and JAX's own
-    // registrations): its functions called directly, with flatten's checks and errors, rather
-    // than through a one-level treedef built and dropped per node.
-    PyObject* VisitCustom(PyObject* obj, const Registration* reg) {
-        RefSmallVector<8> children;  // owned
-        Ref result;
-        PyObject* aux = nullptr;  // borrowed from `result`
-        {
-            // Held while flatten runs and the children are mapped, as in flatten.
-            RecursionGuard guard(kFlattenRecursionWhere);
-            if (!guard.ok()) return nullptr;
-            result = Ref(PyObject_CallOneArg(reg->flatten, obj));
-            if (!result) return nullptr;
-            PyObject* kids;
-            if (!SplitFlattenResult(result.get(), /*with_keys=*/false, &kids, &aux) ||
-                !aux::Check(reg->type, aux, aux::Site{root_}) || !TakeChildren(kids, result.get(), children)) {
-                return nullptr;
-            }
-            if (!MapEach(children.size(), [&](size_t i) -> PyObject*& { return children[i]; }) ||
-                failed()) {
-                return Stopped();  // `children` releases what it holds
-            }
-        }
-        // unflatten(aux_data, children_tuple), as unflatten calls it.
-        const Py_ssize_t n = static_cast<Py_ssize_t>(children.size());
-        PyObject* tuple = PyTuple_New(n);
-        if (tuple == nullptr) return nullptr;
-        for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(tuple, i, children[i]);
-        children.clear();  // moved into the tuple
-        PyObject* args[2] = {aux, tuple};
-        PyObject* out = PyObject_Vectorcall(reg->unflatten, args, 2, nullptr);
-        Py_DECREF(tuple);
-        return out;
-    }
-
-    // Appends owned references to the children half of a flatten result; JAX's error if it is not
-    // iterable.
-    static bool TakeChildren(PyObject* kids, PyObject* result, RefSmallVector<8>& out) {
-        if (PyTuple_CheckExact(kids)) {
-            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kids); ++i) {
-                PushNewRef(out, PyTuple_GET_ITEM(kids, i));
-            }
-            return true;
-        }
-        Ref it(IterChildren(kids, result, /*with_keys=*/false));
-        if (!it) return false;
-        while (Ref child{PyIter_Next(it.get())}) {
-            out.push_back(child.get());  // may throw: the Ref still owns the child then
-            child.release();
-        }
-        if (!PyErr_Occurred()) return true;
-        for (PyObject* child : out) Py_DECREF(child);
-        out.clear();
-        return false;
-    }
-
-    // Any other node: taken apart and rebuilt by flatten's and unflatten's own code.
-    PyObject* VisitOneLevel(PyObject* obj) {
-        ScratchTreeDef one;  // this node alone, its children as leaves
-        ScratchVector children_buf;
-        std::vector<PyObject*>& children = children_buf.get();
-        // FlattenOneLevel takes its own RecursionGuard for the node; ours follows it, for the
-        // children, so the depth counted at any moment is flatten's.
-        if (!FlattenOneLevel(obj, &one.def, &children, nullptr, root_)) {
-            DecrefAll(children);
+    // Any other kind: read by flatten's own code (kinds::Read, with this mapper as the walk:
+    // each child is mapped as it is reached) and rebuilt by unflatten's (kinds::Build, in
+    // Finish). A new reference, or null with a flatten error set.
+    PyObject* MapByReading(PyObject* obj, const Registration* reg) {
+        const Mark mark = Begin();
+        if (!kinds::Read(*this, obj, reg)) {
+            Unwind(mark);
             return nullptr;
         }
-        bool ok;
-        {
-            RecursionGuard guard(kFlattenRecursionWhere);
-            ok = guard.ok() && MapEach(children.size(),
-                                       [&](size_t i) -> PyObject*& { return children[i]; });
-        }
-        if (!ok || failed()) {  // no unflatten function sees a placeholder
-            DecrefAll(children);
-            return Stopped();
-        }
-        PyObject* out = kinds::Build(PartsOf(one.def, one.def.nodes.back()), children.data());
-        children.clear();  // consumed
+        PyObject* out = outputs_.back();  // what Finish pushed
+        outputs_.pop_back();
         return out;
+    }
+
+    // ---- the walk's hooks for kinds::Read (see kinds_read.h): a treedef-less flatten whose
+    // nodes are rebuilt from their mapped children as soon as they are read.
+
+    static constexpr bool kDef = true;  // node data is read: the rebuild needs it
+    static constexpr bool kPaths = false;
+
+    struct Mark {
+        size_t outputs;
+        size_t keys;
+    };
+    Mark Begin() const { return Mark{outputs_.size(), keys_.size()}; }
+
+    template <bool kOwned = false>
+    bool Child(PyObject* child, PyObject* /*key*/) {
+        MaybeOwned<kOwned> held(child);
+        PyObject* mapped = Visit(child);
+        if (mapped == nullptr) return false;
+        PushOwned(outputs_, mapped);
+        return true;
+    }
+
+    bool AddLeaf(PyObject* obj) { return Child(obj, nullptr); }
+
+    // Rebuilds the node from the mapped children on top of the output stack (or, f having
+    // failed, leaves a placeholder: no unflatten function sees a half-mapped subtree).
+    bool Finish(NodeKind kind, Mark mark, Py_ssize_t arity, PyObject* node_data = nullptr,
+                const Registration* custom = nullptr, Py_ssize_t keys_begin = 0) {
+        Ref data(node_data);
+        NodeParts parts;
+        parts.kind = kind;
+        parts.arity = arity;
+        parts.data = data.get();
+        parts.custom = custom;
+        if (keys_.size() > mark.keys) parts.keys = keys_.data() + keys_begin;  // a dict's
+        // Only this function touches `outputs_` until the children are consumed (a mapper is
+        // never re-entered: a nested tree_map has its own), so the pointer stays valid across
+        // the rebuild's Python code.
+        PyObject** children = outputs_.data() + mark.outputs;
+        PyObject* built;
+        if (failed()) {
+            kinds::DropChildren(children, arity);
+            built = Py_NewRef(Py_None);
+        } else {
+            built = kinds::Build(parts, children);  // consumes the children
+        }
+        outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(mark.outputs),
+                       outputs_.end());
+        ReleaseKeys(mark.keys);
+        if (built == nullptr) return false;
+        PushOwned(outputs_, built);
+        return true;
+    }
+
+    // A dict's sorted keys, held until its Finish; their position.
+    Py_ssize_t TakeDictKeys(Items& items) {
+        const Py_ssize_t begin = static_cast<Py_ssize_t>(keys_.size());
+        for (size_t i = 0; i < items.size(); ++i) {
+            keys_.push_back(items[i].key);  // may throw: the item still owns the key then
+            items[i].key = nullptr;
+        }
+        return begin;
+    }
+
+    aux::Site Site() const { return aux::Site{root_}; }
+
+ private:
+    // Drops what a failed read left on the stacks above `mark`.
+    void Unwind(Mark mark) {
+        while (outputs_.size() > mark.outputs) {  // each leaves the stack before its release
+            PyObject* out = outputs_.back();
+            outputs_.pop_back();
+            Py_DECREF(out);
+        }
+        ReleaseKeys(mark.keys);
+    }
+    void ReleaseKeys(size_t from) {
+        while (keys_.size() > from) {
+            PyObject* key = keys_.back();
+            keys_.pop_back();
+            Py_DECREF(key);
+        }
+    }
+
+    // Replaces the owned reference slot(i), for i < n, by its mapped value. On a flatten error
+    // returns false; every slot then still holds one owned reference (the old or the new value).
+    template <class Slot>
+    bool MapEach(size_t n, Slot&& slot) {
+        for (size_t i = 0; i < n; ++i) {
+            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
+            if (i + 1 < n) PrefetchDictEntries(slot(i + 1));
+            PyObject* mapped = Visit(slot(i));
+            if (mapped == nullptr) return false;
+            Py_SETREF(slot(i), mapped);
+        }
+        return true;
     }
 
     // Identity-preserving nodes: mapped once; every later occurrence gets that same output.
@@ -364,7 +288,7 @@ class SinglePassMapper {
             return Py_NewRef(identity_outputs_[static_cast<size_t>(slot->value)]);
         }
         Py_INCREF(obj);  // owned by the map from here on
-        PyObject* out = VisitRegistered(obj, reg);
+        PyObject* out = MapByReading(obj, reg);
         if (out == nullptr) return nullptr;
         identity_->Find(obj)->value = static_cast<Py_ssize_t>(identity_outputs_.size());
         PushNewRef(identity_outputs_, out);
@@ -396,6 +320,10 @@ class SinglePassMapper {
     // their subtree is mapped). Allocated on first use only.
     std::unique_ptr<PointerMap> identity_;
     RefVector identity_outputs_;  // owned
+    // MapByReading's stacks: the mapped children of the nodes being read (owned, popped by
+    // Finish) and the sorted keys of the dicts among them (owned).
+    RefVector outputs_;
+    RefVector keys_;
 };
 
 }  // namespace

@@ -14,19 +14,6 @@
 
 namespace fastree {
 
-// Appends `obj`, an owned reference, to `vec`. If growing the vector throws (std::bad_alloc),
-// the reference is released before the exception goes on: the caller never holds it unowned.
-// (A try block costs nothing on the path that does not throw.)
-template <class Vec>
-inline void PushOwned(Vec& vec, PyObject* obj) {
-    try {
-        vec.push_back(obj);
-    } catch (...) {
-        Py_DECREF(obj);
-        throw;
-    }
-}
-
 // The objects built for identity-preserving nodes during one rebuild (unflatten, walk,
 // from_iterable_tree), by node index: a later kSharedRef node repeats them. Owned: a parent's
 // unflatten function need not keep its children alive, and a later reference still needs them.
