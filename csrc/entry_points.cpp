@@ -159,7 +159,7 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
     PyObject* it = PyObject_GetIter(iterable);
     if (it == nullptr) return nullptr;
     while (PyObject* item = PyIter_Next(it)) {
-        const bool leaf = registry::Classify(item)->kind == NodeKind::kLeaf;
+        const bool leaf = registry::Classify(item)->IsLeaf();
         Py_DECREF(item);
         if (!leaf) {
             Py_DECREF(it);
@@ -186,7 +186,7 @@ PyObject* IsNodeType(PyObject*, PyObject* type) {
     }
     if (!PyType_Check(type)) Py_RETURN_FALSE;
     const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
-    return PyBool_FromLong(reg->kind != NodeKind::kLeaf);
+    return PyBool_FromLong(!reg->IsLeaf());
 }
 
 PyObject* TreeDefTupleEntry(PyObject*, PyObject* treedefs) { return TreeDefTuple(treedefs); }

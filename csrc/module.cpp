@@ -186,7 +186,7 @@ PYBIND11_MODULE(_core, m) {
             if (!PyType_Check(type.ptr())) return py::none();
             const Registration* reg =
                 registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type.ptr()));
-            if (reg->kind != NodeKind::kDataclass) return py::none();
+            if (reg->data_fields == nullptr) return py::none();  // not a register_dataclass type
             return py::make_tuple(py::reinterpret_borrow<py::tuple>(reg->data_fields),
                                   py::reinterpret_borrow<py::tuple>(reg->meta_fields));
         },

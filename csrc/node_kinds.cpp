@@ -162,6 +162,13 @@ PyObject* DictKind::Data(const NodeParts& parts) {
     return list;
 }
 
+PyObject* DictKind::OneLevelData(const NodeParts& parts) {
+    PyObject* t = PyTuple_New(parts.arity);
+    if (t == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < parts.arity; ++i) PyTuple_SET_ITEM(t, i, Py_NewRef(parts.keys[i]));
+    return t;
+}
+
 PyObject* DictKind::ChildKey(const NodeParts& parts, Py_ssize_t k) {
     return keys::Dict(parts.keys[k]);
 }

@@ -35,6 +35,10 @@ namespace fastree {
 
 // What rebuilding or describing one node needs besides its children, wherever the node comes
 // from: a treedef (PartsOf) or a walk that has just read an object (tree_map). All borrowed.
+// How flatten_one_level gives a kind's children (JAX's shapes): the tree itself (a tuple), a
+// tuple, or a list.
+enum class OneLevelShape : uint8_t { kSelf, kTuple, kList };
+
 struct NodeParts {
     NodeKind kind = NodeKind::kLeaf;
     Py_ssize_t arity = 0;
@@ -64,6 +68,15 @@ void DropChildren(PyObject** children, Py_ssize_t n);
 // The defaults: a node with no children of its own kind to speak of (leaf, shared reference).
 struct KindBase {
     static constexpr bool kDataIsType = false;
+    // A custom node: flatten_one_level answers with its own callbacks' output.
+    static constexpr bool kHasCallbacks = false;
+    // None, tuple, list, dict: the kinds JAX's C++ registry handles natively.
+    static constexpr bool kBuiltin = false;
+    static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kList;
+    // flatten_one_level's node data: the payload, or None.
+    static PyObject* OneLevelData(const NodeParts& parts) {
+        return Py_NewRef(parts.data != nullptr ? parts.data : Py_None);
+    }
     template <class Walk>
     static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // SystemError
     // tree_map's single pass (map_single_pass.cpp): by default a node is read as flatten reads
@@ -98,6 +111,8 @@ struct SharedRefKind : KindBase {
 };  // a treedef-only repeat: the walkers handle it themselves
 
 struct NoneKind : KindBase {
+    static constexpr bool kBuiltin = true;
+    static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kTuple;
     static constexpr NodeKind kKind = NodeKind::kNone;
     static constexpr const char* kName = "none";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -114,6 +129,8 @@ struct NoneKind : KindBase {
 };
 
 struct TupleKind : KindBase {
+    static constexpr bool kBuiltin = true;
+    static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kSelf;
     // Tuples and namedtuples (kind says which) are read by the same code.
     template <class Walk>
     static bool ReadTuple(Walk& w, PyObject* obj, NodeKind kind);
@@ -133,6 +150,8 @@ struct TupleKind : KindBase {
 };
 
 struct ListKind : KindBase {
+    static constexpr bool kBuiltin = true;
+    static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kList;
     static constexpr NodeKind kKind = NodeKind::kList;
     static constexpr const char* kName = "list";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -151,6 +170,9 @@ struct ListKind : KindBase {
 };
 
 struct DictKind : KindBase {
+    static constexpr bool kBuiltin = true;
+    static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kTuple;
+    static PyObject* OneLevelData(const NodeParts& parts);  // the sorted keys, as a tuple
     static constexpr NodeKind kKind = NodeKind::kDict;
     static constexpr const char* kName = "dict";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -244,6 +266,7 @@ struct DataclassKind : RegisteredKindBase {
 };
 
 struct CustomKind : RegisteredKindBase {
+    static constexpr bool kHasCallbacks = true;
     static constexpr NodeKind kKind = NodeKind::kCustom;
     static constexpr const char* kName = "custom";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -309,6 +332,18 @@ inline const char* Name(NodeKind k) {
     return Dispatch(k, [](auto kind) { return decltype(kind)::kName; });
 }
 inline constexpr size_t kNumKinds = static_cast<size_t>(NodeKind::kSharedRef) + 1;
+inline bool IsBuiltin(NodeKind k) {
+    return Dispatch(k, [](auto kind) { return decltype(kind)::kBuiltin; });
+}
+inline bool HasCallbacks(NodeKind k) {
+    return Dispatch(k, [](auto kind) { return decltype(kind)::kHasCallbacks; });
+}
+inline OneLevelShape OneLevelChildren(NodeKind k) {
+    return Dispatch(k, [](auto kind) { return decltype(kind)::kOneLevelChildren; });
+}
+inline PyObject* OneLevelData(const NodeParts& parts) {
+    return Dispatch(parts.kind, [&](auto kind) { return decltype(kind)::OneLevelData(parts); });
+}
 inline bool DataIsType(NodeKind k) {
     return Dispatch(k, [](auto kind) { return decltype(kind)::kDataIsType; });
 }

@@ -14,14 +14,18 @@
 namespace fastree {
 namespace {
 
+// The kinds this file handles: the tuple's and the list's (their registrations say which).
+const NodeKind kTupleKind = registry::kTuple.kind;
+const NodeKind kListKind = registry::kList.kind;
+
 // The items of an exact tuple or list, or null.
 PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
     if (PyTuple_CheckExact(obj)) {
-        *kind = NodeKind::kTuple;
+        *kind = kTupleKind;
         return &PyTuple_GET_ITEM(obj, 0);
     }
     if (PyList_CheckExact(obj)) {
-        *kind = NodeKind::kList;
+        *kind = kListKind;
         return &PyList_GET_ITEM(obj, 0);
     }
     return nullptr;
@@ -43,7 +47,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg == nullptr || reg->kind != NodeKind::kLeaf) {
+        if (reg == nullptr || !reg->IsLeaf()) {
             // Not all leaves, or not decidable here: drop what was copied (the references are
             // also held by `tree`, so no object dies and no Python code runs).
             return nullptr;
@@ -73,16 +77,16 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     NodeKind kind;
     if (SequenceItems(tree, &kind) == nullptr) return nullptr;
     const Py_ssize_t n = Py_SIZE(tree);
-    Ref out(kind == NodeKind::kTuple ? PyTuple_New(n) : PyList_New(n));
+    Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
     if (!out || Py_SIZE(tree) != n) return nullptr;  // see FlattenLeafSequence
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg == nullptr || reg->kind != NodeKind::kLeaf) return nullptr;
+        if (reg == nullptr || !reg->IsLeaf()) return nullptr;
     }
     // Every item is a leaf: take them all (f may change a list `tree`), then map them in place.
     // The new container is ours alone until it is returned.
-    PyObject** target = kind == NodeKind::kTuple
+    PyObject** target = kind == kTupleKind
                             ? &PyTuple_GET_ITEM(out.get(), 0)
                             : reinterpret_cast<PyListObject*>(out.get())->ob_item;
     for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);
@@ -98,19 +102,19 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
 PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
     if (def.nodes.empty()) return nullptr;
     const Node& root = def.nodes.back();
-    if (root.kind != NodeKind::kTuple && root.kind != NodeKind::kList) return nullptr;
+    if (root.kind != kTupleKind && root.kind != kListKind) return nullptr;
     if (root.num_nodes != root.arity + 1 || root.num_leaves != root.arity) return nullptr;
     NodeKind leaves_kind;
     if (SequenceItems(leaves, &leaves_kind) == nullptr || Py_SIZE(leaves) != root.arity) {
         return nullptr;  // the general path reads other iterables and raises the count errors
     }
     const Py_ssize_t n = root.arity;
-    Ref out(root.kind == NodeKind::kTuple ? PyTuple_New(n) : PyList_New(n));
+    Ref out(root.kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
     // Read after the allocation (see FlattenLeafSequence); a list resized meanwhile is left to
     // the general path, which raises JAX's leaf-count error for it.
     if (!out || Py_SIZE(leaves) != n) return nullptr;
     PyObject* const* items = SequenceItems(leaves, &leaves_kind);
-    PyObject** target = root.kind == NodeKind::kTuple
+    PyObject** target = root.kind == kTupleKind
                             ? &PyTuple_GET_ITEM(out.get(), 0)
                             : reinterpret_cast<PyListObject*>(out.get())->ob_item;
     for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);

@@ -2,6 +2,7 @@
 // JAX returns (a list stays a list, a tuple a tuple, dict values come as a tuple, ...).
 #include "custom_output.h"
 #include "keys.h"
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -56,9 +57,9 @@ PyObject* CustomOneLevel(PyObject* fn, PyObject* tree, bool with_keys) {
 // Returns (children, node_data) or None for a leaf.
 PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
     const Registration* reg = registry::Classify(tree);
-    if (reg->kind == NodeKind::kLeaf) Py_RETURN_NONE;
+    if (reg->IsLeaf()) Py_RETURN_NONE;
     // Custom nodes answer with their own callback's output, checked as JAX checks it.
-    if (reg->kind == NodeKind::kCustom) {
+    if (kinds::HasCallbacks(reg->kind)) {
         // A type only JAX knows: JAX's registry answers (its dataclass kind, for one, gives
         // children as a list where its registered Python flatten gives a tuple).
         if (reg->from_jax) {
@@ -80,20 +81,7 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
     bool ok = FlattenOneLevel(tree, &def, &children, with_keys ? &paths : nullptr);
     Ref data;
     if (ok) {
-        const Node& root = def.nodes.back();
-        if (root.kind == NodeKind::kDict) {
-            data = Ref(PyTuple_New(root.arity));
-            if (data) {
-                for (Py_ssize_t i = 0; i < root.arity; ++i) {
-                    PyTuple_SET_ITEM(data.get(), i, Py_NewRef(def.keys[root.keys_begin + i]));
-                }
-            }
-        } else if (root.kind == NodeKind::kNamedTuple) {
-            data = Ref(Py_NewRef(def.Data(root)));
-        } else {
-            PyObject* root_data = def.Data(root);
-            data = Ref(Py_NewRef(root_data ? root_data : Py_None));
-        }
+        data = Ref(kinds::OneLevelData(PartsOf(def, def.nodes.back())));
         ok = static_cast<bool>(data);
     }
     if (!ok) {
@@ -101,15 +89,14 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
         DecrefAll(paths);
         return nullptr;
     }
-    const NodeKind kind = def.nodes.back().kind;
-    const bool builtin = kind == NodeKind::kList || kind == NodeKind::kTuple ||
-                         kind == NodeKind::kDict || kind == NodeKind::kNone;
+    const OneLevelShape shape = kinds::OneLevelChildren(def.nodes.back().kind);
     Ref first;
     if (with_keys) {
-        first = Ref(PairsFromPaths(paths, builtin));
-    } else if (kind == NodeKind::kTuple) {
+        // JAX gives the built-in kinds' (key, child) pairs as a tuple, the others' as a list.
+        first = Ref(PairsFromPaths(paths, kinds::IsBuiltin(def.nodes.back().kind)));
+    } else if (shape == OneLevelShape::kSelf) {
         first = Ref(Py_NewRef(tree));
-    } else if (kind == NodeKind::kDict || kind == NodeKind::kNone) {
+    } else if (shape == OneLevelShape::kTuple) {
         Ref list(StealIntoList(children));
         first = list ? Ref(PyList_AsTuple(list.get())) : Ref();
     } else {
