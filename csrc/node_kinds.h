@@ -16,8 +16,7 @@
 //   Describe(parts, kids, out)  the node's text in a treedef repr, given its children's texts
 //   CheckParts(parts, type)     whether node data given by a caller (from_node_data_and_children)
 //                               can rebuild this kind; false with a Python error
-//   Expect(walk, parts, obj)    flatten_up_to: `obj` checked against the node, its children
-//                               handed to the walk (kinds_expect.h)
+//   Expect(walk, node, obj)     flatten_up_to: which check `obj` must pass at this node
 //   Read(walk, obj, reg)        flatten and one-level: `obj` taken apart into the walk
 //                               (kinds_read.h)
 //   Map(walk, obj, reg)         tree_map's single pass: `obj` mapped and rebuilt
@@ -85,6 +84,12 @@ struct KindBase {
     static PyObject* Map(Walk& w, PyObject* obj, const Registration* reg) {
         return w.MapByReading(obj, reg);
     }
+    // flatten_up_to (flatten_up_to.cpp): which of the walk's checks `obj` must pass to stand
+    // where this node is. `obj` is owned; the check takes it over.
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectNothing(node, obj);
+    }
     static PyObject* Type(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* Data(const NodeParts&) { return Py_NewRef(Py_None); }
     static PyObject* ChildKey(const NodeParts&, Py_ssize_t k);  // FlattenedIndexKey(k)
@@ -95,6 +100,10 @@ struct KindBase {
 };
 
 struct LeafKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node&, Obj& obj) {
+        return w.ExpectLeaf(obj);
+    }
     static constexpr NodeKind kKind = NodeKind::kLeaf;
     static constexpr const char* kName = "leaf";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -111,6 +120,10 @@ struct SharedRefKind : KindBase {
 };  // a treedef-only repeat: the walkers handle it themselves
 
 struct NoneKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node&, Obj& obj) {
+        return w.ExpectNone(obj);
+    }
     static constexpr bool kBuiltin = true;
     static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kTuple;
     static constexpr NodeKind kKind = NodeKind::kNone;
@@ -129,6 +142,10 @@ struct NoneKind : KindBase {
 };
 
 struct TupleKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectSequence(node, obj, /*is_list=*/false);
+    }
     static constexpr bool kBuiltin = true;
     static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kSelf;
     // Tuples and namedtuples (kind says which) are read by the same code.
@@ -150,6 +167,10 @@ struct TupleKind : KindBase {
 };
 
 struct ListKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectSequence(node, obj, /*is_list=*/true);
+    }
     static constexpr bool kBuiltin = true;
     static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kList;
     static constexpr NodeKind kKind = NodeKind::kList;
@@ -170,6 +191,10 @@ struct ListKind : KindBase {
 };
 
 struct DictKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectDict(node, obj);
+    }
     static constexpr bool kBuiltin = true;
     static constexpr OneLevelShape kOneLevelChildren = OneLevelShape::kTuple;
     static PyObject* OneLevelData(const NodeParts& parts);  // the sorted keys, as a tuple
@@ -208,6 +233,10 @@ struct DictKind : KindBase {
 };
 
 struct NamedTupleKind : KindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectNamedTuple(node, obj);
+    }
     static constexpr NodeKind kKind = NodeKind::kNamedTuple;
     static constexpr const char* kName = "namedtuple";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -233,6 +262,10 @@ struct RegisteredKindBase : KindBase {
 };
 
 struct OrderedDictKind : RegisteredKindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectRegistered(node, obj, "Custom", /*callbacks=*/false);
+    }
     static constexpr NodeKind kKind = NodeKind::kOrderedDict;
     static constexpr const char* kName = "ordered_dict";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -244,6 +277,10 @@ struct OrderedDictKind : RegisteredKindBase {
 };
 
 struct DefaultDictKind : RegisteredKindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectRegistered(node, obj, "Custom", /*callbacks=*/false);
+    }
     static constexpr NodeKind kKind = NodeKind::kDefaultDict;
     static constexpr const char* kName = "default_dict";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -255,6 +292,10 @@ struct DefaultDictKind : RegisteredKindBase {
 };
 
 struct DataclassKind : RegisteredKindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectRegistered(node, obj, "Custom dataclass", /*callbacks=*/false);
+    }
     static constexpr NodeKind kKind = NodeKind::kDataclass;
     static constexpr const char* kName = "dataclass";  // as PyTreeDef._nodes() reports it
     template <class Walk>
@@ -266,6 +307,10 @@ struct DataclassKind : RegisteredKindBase {
 };
 
 struct CustomKind : RegisteredKindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectRegistered(node, obj, "Custom", /*callbacks=*/true);
+    }
     static constexpr bool kHasCallbacks = true;
     static constexpr NodeKind kKind = NodeKind::kCustom;
     static constexpr const char* kName = "custom";  // as PyTreeDef._nodes() reports it

@@ -10,6 +10,7 @@
 
 #include "dict_items.h"
 #include "jax_texts.h"
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -43,6 +44,13 @@ std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
     return s;
 }
 
+// "Custom dataclass" -> "custom dataclass".
+std::string LowerFirst(const char* what) {
+    std::string s(what);
+    if (!s.empty()) s[0] = static_cast<char>(s[0] - 'A' + 'a');
+    return s;
+}
+
 // Every child of `node` is a leaf: its subtree is the node plus `arity` one-node leaves.
 bool AllChildrenAreLeaves(const Node& node) {
     return node.num_leaves == node.arity && node.num_nodes == node.arity + 1;
@@ -67,7 +75,7 @@ class PrefixWalker {
             Ref obj(agenda_.back());
             agenda_.pop_back();
             const Node& node = def_.nodes[i];  // the treedef is immutable
-            if (node.kind == NodeKind::kSharedRef) {  // checked once its target has been seen
+            if (node.IsSharedRef()) {  // checked once its target has been seen
                 pending_refs_.push_back({i, obj.get()});
                 obj.release();  // now owned by pending_refs_
                 continue;
@@ -89,57 +97,57 @@ class PrefixWalker {
     }
 
  private:
-    // Consumes `obj`.
+    // Consumes `obj`. Each kind says which check applies to it (node_kinds.h, Expect).
     bool Step(const Node& node, PyObject* obj) {
         Ref owned(obj);
-        const Py_ssize_t n = node.arity;
-        switch (node.kind) {
-            case NodeKind::kLeaf:
-                out_->push_back(obj);  // may throw: `owned` still holds the reference
-                owned.release();
-                return true;
-            case NodeKind::kNone:
-                if (obj != Py_None) {
-                    return Mismatch(PyExc_ValueError, "Expected None, got " + Repr(obj) + "." + kNoneHint);
-                }
-                return true;
-            case NodeKind::kTuple:
-                if (!PyTuple_CheckExact(obj)) {
-                    return Mismatch(PyExc_ValueError, "Expected tuple, got " + Repr(obj) + ".");
-                }
-                if (PyTuple_GET_SIZE(obj) != n) {
-                    return Mismatch(PyExc_ValueError,
-                                "Tuple arity mismatch: " + std::to_string(PyTuple_GET_SIZE(obj)) +
-                                    " != " + std::to_string(n) + "; tuple: " + Repr(obj) + ".");
-                }
-                PushSequence(node, &PyTuple_GET_ITEM(obj, 0), n);
-                return true;
-            case NodeKind::kList:
-                if (!PyList_CheckExact(obj)) {
-                    return Mismatch(PyExc_ValueError, "Expected list, got " + Repr(obj) + ".");
-                }
-                if (PyList_GET_SIZE(obj) != n) {
-                    return Mismatch(PyExc_ValueError,
-                                "List arity mismatch: " + std::to_string(PyList_GET_SIZE(obj)) +
-                                    " != " + std::to_string(n) + "; list: " + Repr(obj) + ".");
-                }
-                PushSequence(node, &PyList_GET_ITEM(obj, 0), n);
-                return true;
-            case NodeKind::kDict:
-                return StepDict(node, obj);
-            case NodeKind::kNamedTuple:
-                return StepNamedTuple(node, obj);
-            case NodeKind::kOrderedDict:
-            case NodeKind::kDefaultDict:
-            case NodeKind::kCustom:
-            case NodeKind::kDataclass:
-                return StepCustom(node, obj);
-            case NodeKind::kSharedRef:
-                break;  // handled by Run
-        }
-        return Mismatch(PyExc_SystemError, "fastree: unknown node kind");
+        return kinds::Dispatch(node.kind, [&](auto kind) {
+            return decltype(kind)::Expect(*this, node, owned);
+        });
     }
 
+ public:
+    // ---- the checks the kinds' Expect functions choose from; each takes over `obj`
+
+    bool ExpectLeaf(Ref& obj) {
+        out_->push_back(obj.get());  // may throw: `obj` still holds the reference
+        obj.release();
+        return true;
+    }
+
+    bool ExpectNone(Ref& obj) {
+        if (obj.get() == Py_None) return true;
+        return Mismatch(PyExc_ValueError, "Expected None, got " + Repr(obj.get()) + "." + kNoneHint);
+    }
+
+    bool ExpectSequence(const Node& node, Ref& obj, bool is_list) {
+        PyObject* o = obj.get();
+        const Py_ssize_t n = node.arity;
+        const char* name = is_list ? "list" : "tuple";
+        if (is_list ? !PyList_CheckExact(o) : !PyTuple_CheckExact(o)) {
+            return Mismatch(PyExc_ValueError, std::string("Expected ") + name + ", got " + Repr(o) + ".");
+        }
+        if (Py_SIZE(o) != n) {
+            return Mismatch(PyExc_ValueError,
+                            std::string(is_list ? "List" : "Tuple") + " arity mismatch: " +
+                                std::to_string(Py_SIZE(o)) + " != " + std::to_string(n) + "; " +
+                                name + ": " + Repr(o) + ".");
+        }
+        PushSequence(node, is_list ? &PyList_GET_ITEM(o, 0) : &PyTuple_GET_ITEM(o, 0), n);
+        return true;
+    }
+
+    bool ExpectDict(const Node& node, Ref& obj) { return StepDict(node, obj.get()); }
+    bool ExpectNamedTuple(const Node& node, Ref& obj) { return StepNamedTuple(node, obj.get()); }
+    // `what`: "Custom" or "Custom dataclass", as JAX's messages name the kind;
+    // `callbacks`: the node has flatten functions that can be called directly.
+    bool ExpectRegistered(const Node& node, Ref& obj, const char* what, bool callbacks) {
+        return StepCustom(node, obj.get(), what, callbacks);
+    }
+    bool ExpectNothing(const Node&, Ref&) {  // a shared reference: Run checks it
+        return Mismatch(PyExc_SystemError, "fastree: unexpected node kind in flatten_up_to");
+    }
+
+ private:
     // `items` points into a tuple or list that the caller owns; nothing here runs Python code
     // (PushNewRef only INCREFs and may grow a C++ vector), so the list cannot change meanwhile.
     void PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
@@ -241,7 +249,7 @@ class PrefixWalker {
     }
 
     bool StepNamedTuple(const Node& node, PyObject* obj) {
-        if (registry::Classify(obj)->kind != NodeKind::kNamedTuple) {
+        if (registry::Classify(obj)->kind != node.kind) {  // not a namedtuple
             return Mismatch(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
         }
         if (PyTuple_GET_SIZE(obj) != node.arity) {
@@ -259,17 +267,15 @@ class PrefixWalker {
 
     // Custom-like nodes are compared the way JAX does: same registration, aux data not `!=`,
     // same number of children. The children come from flattening one level (leaves only).
-    bool StepCustom(const Node& node, PyObject* obj) {
-        const bool dataclass = node.kind == NodeKind::kDataclass;
+    bool StepCustom(const Node& node, PyObject* obj, const char* what, bool callbacks) {
         const Registration* reg = registry::Classify(obj);
         if (reg != def_.Custom(node)) {
             return Mismatch(PyExc_ValueError,
-                        std::string(dataclass ? "Custom dataclass node type mismatch"
-                                              : "Custom node type mismatch") +
+                        std::string(what) + " node type mismatch" +
                             ": expected type: " + Repr(def_.Custom(node)->type) +
                             ", value: " + Repr(obj) + ".");
         }
-        if (node.kind == NodeKind::kCustom && reg->flatten != nullptr) {
+        if (callbacks && reg->flatten != nullptr) {
             return StepCustomCallback(node, obj, reg);
         }
         TreeDef one;
@@ -284,8 +290,7 @@ class PrefixWalker {
         if (ne) {
             DecrefAll(children);
             return Mismatch(PyExc_ValueError,
-                        std::string(dataclass ? "Mismatch custom dataclass node data: "
-                                              : "Mismatch custom node data: ") +
+                        "Mismatch " + LowerFirst(what) + " node data: " +
                             Repr(def_.Data(node)) + " != " + Repr(one.Data(got)) +
                             "; value: " + Repr(obj) + ".");
         }
@@ -404,8 +409,8 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     if (def.nodes.empty()) return nullptr;
     const Node& root = def.nodes.back();
     if (!AllChildrenAreLeaves(root)) return nullptr;
-    const bool want_tuple = root.kind == NodeKind::kTuple;
-    if (!want_tuple && root.kind != NodeKind::kList) return nullptr;
+    const bool want_tuple = root.kind == registry::kTuple.kind;
+    if (!want_tuple && root.kind != registry::kList.kind) return nullptr;
     // The result is allocated before the items are read: allocating can run the cyclic GC,
     // whose finalizers may change `tree` (a list). Nothing between the size check and the copy
     // below runs Python code.
