@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "aux_check.h"
-#include "custom_output.h"
 #include "dict_items.h"
 #include "keys.h"
 #include "kinds_read.h"

@@ -136,13 +136,6 @@ class PrefixWalker {
         return true;
     }
 
-    bool ExpectDict(const Node& node, Ref& obj) { return StepDict(node, obj.get()); }
-    bool ExpectNamedTuple(const Node& node, Ref& obj) { return StepNamedTuple(node, obj.get()); }
-    // `what`: "Custom" or "Custom dataclass", as JAX's messages name the kind;
-    // `callbacks`: the node has flatten functions that can be called directly.
-    bool ExpectRegistered(const Node& node, Ref& obj, const char* what, bool callbacks) {
-        return StepCustom(node, obj.get(), what, callbacks);
-    }
     bool ExpectNothing(const Node&, Ref&) {  // a shared reference: Run checks it
         return Mismatch(PyExc_SystemError, "fastree: unexpected node kind in flatten_up_to");
     }
@@ -161,7 +154,9 @@ class PrefixWalker {
         for (Py_ssize_t i = 0; i < n; ++i) PushNewRef(agenda_, items[i]);
     }
 
-    bool StepDict(const Node& node, PyObject* obj) {
+ public:
+    bool ExpectDict(const Node& node, Ref& owned) {
+        PyObject* obj = owned.get();
         if (!PyDict_CheckExact(obj)) {
             return Mismatch(PyExc_ValueError, "Expected dict, got " + Repr(obj) + ".");
         }
@@ -248,7 +243,8 @@ class PrefixWalker {
         items.Release(0);  // the keys
     }
 
-    bool StepNamedTuple(const Node& node, PyObject* obj) {
+    bool ExpectNamedTuple(const Node& node, Ref& owned) {
+        PyObject* obj = owned.get();
         if (registry::Classify(obj)->kind != node.kind) {  // not a namedtuple
             return Mismatch(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
         }
@@ -267,7 +263,10 @@ class PrefixWalker {
 
     // Custom-like nodes are compared the way JAX does: same registration, aux data not `!=`,
     // same number of children. The children come from flattening one level (leaves only).
-    bool StepCustom(const Node& node, PyObject* obj, const char* what, bool callbacks) {
+    // `what`: "Custom" or "Custom dataclass", as JAX's messages name the kind;
+    // `callbacks`: the node has flatten functions that can be called directly.
+    bool ExpectRegistered(const Node& node, Ref& owned, const char* what, bool callbacks) {
+        PyObject* obj = owned.get();
         const Registration* reg = registry::Classify(obj);
         if (reg != def_.Custom(node)) {
             return Mismatch(PyExc_ValueError,
@@ -309,7 +308,8 @@ class PrefixWalker {
         return true;
     }
 
-    // kCustom with a flatten callback: call it directly (as JAX does) rather than through a
+ private:
+    // A custom node with a flatten callback: call it directly (as JAX does) rather than through a
     // one-level flatten, which would build a throw-away treedef for every node.
     bool StepCustomCallback(const Node& node, PyObject* obj, const Registration* reg) {
         Ref result(PyObject_CallOneArg(reg->flatten, obj));

@@ -6,11 +6,10 @@
 // the replay's value stack) and the second walk over nodes that have left the cache were ~10% of
 // tree_map (transformer-1000: 1.40 -> 1.26 ms). Here a dict is rebuilt while it is still hot.
 //
-// Every common kind has a direct path here (dict, list, tuple, None, namedtuple, OrderedDict,
-// defaultdict, register_dataclass, custom nodes with a flatten function) that reads and rebuilds
-// a node by flatten's and unflatten's rules, with their shared pieces: custom_output.h's checks
-// and texts, aux::Check, BuildDataclass. Anything else goes through FlattenOneLevel and BuildNode,
-// the very code flatten and unflatten use, at the price of a throw-away treedef per node.
+// Each kind says how it is mapped (Kind::Map, node_kinds.h). Lists, tuples, namedtuples and
+// dicts have in-place paths here; every other kind is read by flatten's own code (kinds::Read,
+// with this mapper as the walk) and rebuilt by unflatten's (kinds::Build), so there is one
+// definition of how a node is read and built, not one per engine.
 //
 // What differs from JAX's flatten-everything-first order, and what is kept the same:
 //  - f may run on a leaf before the flatten functions of nodes after it. Only side effects shared
@@ -32,12 +31,10 @@
 #include <vector>
 
 #include "aux_check.h"
-#include "custom_output.h"
 #include "dict_items.h"
 #include "pointer_map.h"
 #include "kinds_read.h"
 #include "pyutils.h"
-#include "scratch.h"
 #include "treedef.h"
 #include "walkers.h"
 
