@@ -91,7 +91,9 @@ void ThrowIfFalse(bool ok) {
 }  // namespace
 }  // namespace fastree
 
-PYBIND11_MODULE(_core, m) {
+// Multi-phase (PEP 489) init. The core's state is per process, so the module declares that it
+// does not support subinterpreters (Python 3.12+ refuses it to isolated ones at import).
+PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
     using namespace fastree;
     m.doc() = "fastree's C++ core: flatten, unflatten, map, treedefs and the node registry.";
 
