@@ -1,30 +1,22 @@
 #include "aux_check.h"
 
-#include <unordered_map>
+#include <utility>
 
+#include "module_state.h"
 #include "pyutils.h"
 
 namespace fastree {
 namespace aux {
 
-PyObject* g_reporter = nullptr;
-
 namespace {
 
-PyObject* g_classify = nullptr;  // owned: (type, example) -> bool, "instances are plain data"
-bool g_strict = false;
-
-// Verdicts of the classifier per value type. Holds an owned reference to each type (types seen
-// in aux data are long-lived: enums, classes), bounded in size.
-std::unordered_map<PyTypeObject*, bool>& Verdicts() {
-    static auto* verdicts = new std::unordered_map<PyTypeObject*, bool>();
-    return *verdicts;
-}
+// The hooks, strict mode and verdicts live in the module state (module_state.h).
+AuxState& S() { return ModState().aux; }
 
 void ClearVerdicts() {
-    auto old = std::move(Verdicts());
-    Verdicts().clear();
-    for (auto& entry : old) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
+    // Moved out first, released when `old` dies: releasing a type can run Python code.
+    auto old = std::move(S().verdicts);
+    S().verdicts.clear();
 }
 
 enum class Walk { kPlain, kReport, kError };
@@ -38,20 +30,20 @@ bool IsAtom(PyTypeObject* t) {
 // Asks the classifier (once per type) whether instances of `t` are plain static data.
 Walk Classify(PyObject* value) {
     PyTypeObject* t = Py_TYPE(value);
-    auto& verdicts = Verdicts();
-    auto it = verdicts.find(t);
-    if (it != verdicts.end()) return it->second ? Walk::kPlain : Walk::kReport;
-    if (g_classify == nullptr) return Walk::kReport;
+    AuxState& s = S();
+    auto it = s.verdicts.find(t);
+    if (it != s.verdicts.end()) return it->second.plain ? Walk::kPlain : Walk::kReport;
+    if (!s.classify) return Walk::kReport;
     PyObject* args[2] = {reinterpret_cast<PyObject*>(t), value};
-    Ref classify(Py_NewRef(g_classify));  // the hooks may be replaced while it runs
-    PyObject* r = PyObject_Vectorcall(classify.get(), args, 2, nullptr);
-    if (r == nullptr) return Walk::kError;
-    int plain = PyObject_IsTrue(r);
-    Py_DECREF(r);
+    Ref classify = Ref::FromBorrowed(s.classify.get());  // the hooks may be replaced while it runs
+    Ref r(PyObject_Vectorcall(classify.get(), args, 2, nullptr));
+    if (!r) return Walk::kError;
+    int plain = PyObject_IsTrue(r.get());
     if (plain < 0) return Walk::kError;
-    if (verdicts.size() > 1024) ClearVerdicts();
-    // The entry first, then its reference: an emplace that throws leaks nothing.
-    if (verdicts.emplace(t, plain != 0).second) Py_INCREF(reinterpret_cast<PyObject*>(t));
+    if (s.verdicts.size() > 1024) ClearVerdicts();
+    // `value` holds `t`, so the verdict's reference is never the last one here.
+    s.verdicts.try_emplace(t, AuxState::Verdict{Ref::FromBorrowed(reinterpret_cast<PyObject*>(t)),
+                                                plain != 0});
     return plain ? Walk::kPlain : Walk::kReport;
 }
 
@@ -61,42 +53,38 @@ Walk Visit(PyObject* value, int depth) {
     if (depth > 16) return Walk::kReport;  // let the reporter look at pathological nesting
     const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
-    if (mutable_container && g_strict) return Walk::kReport;  // unhashable: strict rejects it
+    if (mutable_container && S().strict) return Walk::kReport;  // unhashable: strict rejects it
     // The classifier runs user code (an `==` on an example value), which may mutate or free
     // what we are walking: hold a reference to every item while it is visited, and re-read
     // a list's size each step.
     if (t == &PyTuple_Type || t == &PyList_Type) {
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
-            PyObject* item = Py_NewRef(PySequence_Fast_GET_ITEM(value, i));
-            Walk w = Visit(item, depth + 1);
-            Py_DECREF(item);
+            Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(value, i));
+            Walk w = Visit(item.get(), depth + 1);
             if (w != Walk::kPlain) return w;
         }
         return Walk::kPlain;
     }
     if (t == &PyDict_Type) {
-        PyObject* items = PyDict_Items(value);  // a snapshot the walk owns
-        if (items == nullptr) return Walk::kError;
+        Ref items(PyDict_Items(value));  // a snapshot the walk owns
+        if (!items) return Walk::kError;
         Walk w = Walk::kPlain;
-        for (Py_ssize_t i = 0; w == Walk::kPlain && i < PyList_GET_SIZE(items); ++i) {
-            PyObject* pair = PyList_GET_ITEM(items, i);
+        for (Py_ssize_t i = 0; w == Walk::kPlain && i < PyList_GET_SIZE(items.get()); ++i) {
+            PyObject* pair = PyList_GET_ITEM(items.get(), i);
             w = Visit(PyTuple_GET_ITEM(pair, 0), depth + 1);
             if (w == Walk::kPlain) w = Visit(PyTuple_GET_ITEM(pair, 1), depth + 1);
         }
-        Py_DECREF(items);
         return w;
     }
     if (hashable_container || t == &PySet_Type) {  // frozenset/set (tuples were done above)
-        PyObject* it = PyObject_GetIter(value);
-        if (it == nullptr) return Walk::kError;
+        Ref it(PyObject_GetIter(value));
+        if (!it) return Walk::kError;
         Walk w = Walk::kPlain;
         while (w == Walk::kPlain) {
-            PyObject* item = PyIter_Next(it);
-            if (item == nullptr) break;
-            w = Visit(item, depth + 1);
-            Py_DECREF(item);
+            Ref item(PyIter_Next(it.get()));
+            if (!item) break;
+            w = Visit(item.get(), depth + 1);
         }
-        Py_DECREF(it);
         if (PyErr_Occurred()) return Walk::kError;
         return w;
     }
@@ -128,26 +116,22 @@ bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
         PyTuple_SET_ITEM(kwnames.get(), nkw, name);
         args[3 + nkw++] = key_path.get();
     }
-    Ref reporter(Py_NewRef(g_reporter));  // the hooks may be replaced while it runs
+    // The hooks may be replaced (or cleared) while the walk above or the reporter runs.
+    Ref reporter = Ref::FromBorrowed(S().reporter.get());
+    if (!reporter) return true;
     Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
     return static_cast<bool>(r);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter) {
-    Py_XSETREF(g_classify, Py_XNewRef(classify == Py_None ? nullptr : classify));
-    Py_XSETREF(g_reporter, Py_XNewRef(reporter == Py_None ? nullptr : reporter));
+    AuxState& s = S();
+    s.classify = Ref::FromBorrowed(classify == Py_None ? nullptr : classify);
+    s.reporter = Ref::FromBorrowed(reporter == Py_None ? nullptr : reporter);
     ClearVerdicts();
 }
 
-void SetStrict(bool strict) { g_strict = strict; }
-bool Strict() { return g_strict; }
-
-int Traverse(visitproc visit, void* arg) {
-    Py_VISIT(g_classify);
-    Py_VISIT(g_reporter);
-    for (auto& entry : Verdicts()) Py_VISIT(reinterpret_cast<PyObject*>(entry.first));
-    return 0;
-}
+void SetStrict(bool strict) { S().strict = strict; }
+bool Strict() { return S().strict; }
 
 }  // namespace aux
 }  // namespace fastree

@@ -9,12 +9,11 @@
 
 #include <Python.h>
 
+#include "module_state.h"
 #include "path_stack.h"
 
 namespace fastree {
 namespace aux {
-
-extern PyObject* g_reporter;  // owned; null until fastree._aux installs the hooks
 
 // Where a node being checked sits, for the report: the whole tree, and what the walk knows of
 // the node's place in it. With the key path the reporter names it directly; without, it finds
@@ -29,14 +28,14 @@ bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site);
 
 // Returns false with a Python error set if the reporter raised (strict mode).
 inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
-    if (g_reporter == nullptr || aux == Py_None) return true;
+    // The reporter is null until fastree._aux installs the hooks.
+    if (!ModState().aux.reporter || aux == Py_None) return true;
     return CheckSlow(node_type, aux, site);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter);
 void SetStrict(bool strict);
 bool Strict();
-int Traverse(visitproc visit, void* arg);
 
 }  // namespace aux
 }  // namespace fastree

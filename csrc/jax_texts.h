@@ -13,9 +13,8 @@ struct JaxTexts {
     bool aux_equality_names_type = false;
 };
 
-inline JaxTexts& Texts() {
-    static JaxTexts texts;  // written once at import, under the GIL
-    return texts;
-}
+// The module state's texts (module_state.h): written once at import, under the GIL. Out of
+// line (module_state.h includes this file); only error paths read them.
+JaxTexts& Texts();
 
 }  // namespace fastree

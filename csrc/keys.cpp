@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "module_state.h"
 #include "pyutils.h"
 
 namespace fastree {
@@ -29,27 +30,8 @@ constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 constexpr Py_ssize_t kMinBlock = 256;
 constexpr Py_ssize_t kStrCacheSize = 65536;  // ~100 bytes an entry: ~6.5 MB at most
 
-// One kind of index key: its class, its block maker, its cache.
-struct IndexKeys {
-    PyObject* cls = nullptr;    // owned: SequenceKey or FlattenedIndexKey
-    PyObject* block = nullptr;  // owned or null: n -> list of the keys for 0..n-1
-    std::vector<PyObject*> cache;     // owned; index -> key, or null
-    std::vector<PyObject*> overflow;  // owned; index - kIndexCacheSize -> key (during walks)
-};
-IndexKeys g_sequence;
-IndexKeys g_flattened_index;
-
-struct NamedKeys {
-    PyObject* cls = nullptr;       // owned: DictKey or GetAttrKey
-    PyObject* maker = nullptr;     // owned or null: key -> the entry
-    PyObject* block = nullptr;     // owned or null: [keys of one type] -> [entries], same order
-    PyObject* cache = nullptr;     // owned dict: exact str/int -> entry
-    PyObject* overflow = nullptr;  // owned dict: entries past the cache's size (during walks)
-};
-NamedKeys g_dict;
-NamedKeys g_getattr;
-
-int g_walk_depth = 0;  // key-path walks in progress (guarded by the GIL)
+// The key kinds and their caches live in the module state (module_state.h).
+KeysState& S() { return ModState().keys; }
 
 PyObject* NotInstalled() {
     PyErr_SetString(PyExc_RuntimeError, "fastree: JAX key classes are not installed.");
@@ -58,12 +40,13 @@ PyObject* NotInstalled() {
 
 // A list of the keys for indices 0..n-1, made by the block maker (or, without one, the class).
 PyObject* MakeBlock(const IndexKeys& kind, Py_ssize_t n) {
-    if (kind.cls == nullptr) return NotInstalled();
+    if (!kind.cls) return NotInstalled();
     Ref count(PyLong_FromSsize_t(n));
     if (!count) return nullptr;
-    Ref cls(Py_NewRef(kind.cls));  // the installed objects may be replaced while Python runs
-    if (kind.block != nullptr) {
-        Ref block(Py_NewRef(kind.block));
+    // The installed objects may be replaced while Python runs: held for the calls.
+    Ref cls = Ref::FromBorrowed(kind.cls.get());
+    if (kind.block) {
+        Ref block = Ref::FromBorrowed(kind.block.get());
         Ref keys(PyObject_CallOneArg(block.get(), count.get()));
         if (!keys) return nullptr;
         if (!PyList_CheckExact(keys.get()) || PyList_GET_SIZE(keys.get()) != n) {
@@ -91,11 +74,13 @@ void Store(std::vector<PyObject*>& slots, Py_ssize_t offset, PyObject* block, Py
         slots.resize(static_cast<size_t>(end - offset), nullptr);
     }
     for (Py_ssize_t i = begin; i < end; ++i) {
-        PyObject*& slot = slots[static_cast<size_t>(i - offset)];
+        PyObject*& slot = slots[static_cast<size_t>(i - offset)];  // a RefVector's: owned
         if (slot == nullptr) slot = Py_NewRef(PyList_GET_ITEM(block, i));
     }
 }
 
+// The lookups below take new references straight from the caches' raw pointers: they run once
+// per key of every key-path walk, and hand their reference on (no release to pair with).
 PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
     std::vector<PyObject*>& slots = index < kIndexCacheSize ? kind.cache : kind.overflow;
     const Py_ssize_t offset = index < kIndexCacheSize ? 0 : kIndexCacheSize;
@@ -109,7 +94,7 @@ PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
     Ref block(MakeBlock(kind, end));
     if (!block) return nullptr;
     PyObject* key = PyList_GET_ITEM(block.get(), index);
-    if (index >= kIndexCacheSize && g_walk_depth == 0) return Py_NewRef(key);  // nothing holds it
+    if (index >= kIndexCacheSize && S().walk_depth == 0) return Py_NewRef(key);  // nothing holds it
     Store(index < kIndexCacheSize ? kind.cache : kind.overflow, offset, block.get(), offset, end);
     return Py_NewRef(key);
 }
@@ -117,7 +102,7 @@ PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
 // Entries for indices up to `n` - 1 made in one block, when a walk is about to visit a container
 // of `n` children reaching past the cache (one maker call instead of a doubling series).
 bool Reserve(IndexKeys& kind, Py_ssize_t n) {
-    if (n <= kIndexCacheSize || g_walk_depth == 0) return true;
+    if (n <= kIndexCacheSize || S().walk_depth == 0) return true;
     const size_t have = kind.overflow.size();
     if (static_cast<Py_ssize_t>(have) >= n - kIndexCacheSize && have > 0 &&
         kind.overflow.back() != nullptr) {
@@ -132,31 +117,24 @@ bool Reserve(IndexKeys& kind, Py_ssize_t n) {
 bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry);
 
 PyObject* ByName(NamedKeys& kind, PyObject* name) {
-    if (kind.cls == nullptr) return NotInstalled();
+    if (!kind.cls) return NotInstalled();
     // Exact str and int keys hash and compare without running Python code: cacheable.
     const bool cacheable = PyUnicode_CheckExact(name) || PyLong_CheckExact(name);
     if (cacheable) {
         // The cache first, on its own: nearly every lookup of a walk ends there. (The lookups
         // run no Python code: exact str and int keys.)
-        if (kind.cache != nullptr) {
-            if (PyObject* hit = PyDict_GetItemWithError(kind.cache, name)) return Py_NewRef(hit);
+        if (PyObject* cache = kind.cache.get()) {
+            if (PyObject* hit = PyDict_GetItemWithError(cache, name)) return Py_NewRef(hit);
             if (PyErr_Occurred()) return nullptr;
         }
-        if (kind.overflow != nullptr) {
-            if (PyObject* hit = PyDict_GetItemWithError(kind.overflow, name)) {
-                return Py_NewRef(hit);
-            }
+        if (PyObject* overflow = kind.overflow.get()) {
+            if (PyObject* hit = PyDict_GetItemWithError(overflow, name)) return Py_NewRef(hit);
             if (PyErr_Occurred()) return nullptr;
         }
     }
-    Ref made;
-    if (kind.maker != nullptr) {
-        Ref maker(Py_NewRef(kind.maker));
-        made = Ref(PyObject_CallOneArg(maker.get(), name));
-    } else {
-        Ref cls(Py_NewRef(kind.cls));
-        made = Ref(PyObject_CallOneArg(cls.get(), name));
-    }
+    // The maker (or class) may be replaced while it runs: held for the call.
+    Ref make = Ref::FromBorrowed(kind.maker ? kind.maker.get() : kind.cls.get());
+    Ref made(PyObject_CallOneArg(make.get(), name));
     if (!made || !cacheable) return made.release();
     if (!Remember(kind, name, made.get())) return nullptr;
     return made.release();
@@ -165,22 +143,22 @@ PyObject* ByName(NamedKeys& kind, PyObject* name) {
 // Keeps `entry` for `name` (exact str or int): in the cache while it has room, else, during a
 // walk, in the overflow table that the walk's end drops.
 bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry) {
-    PyObject** table = &kind.cache;
-    if (kind.cache != nullptr && PyDict_GET_SIZE(kind.cache) >= kStrCacheSize) {
-        if (g_walk_depth == 0) return true;
+    Ref* table = &kind.cache;
+    if (kind.cache && PyDict_GET_SIZE(kind.cache.get()) >= kStrCacheSize) {
+        if (S().walk_depth == 0) return true;
         table = &kind.overflow;
     }
-    if (*table == nullptr) {
-        *table = PyDict_New();
-        if (*table == nullptr) return false;
+    if (!*table) {
+        *table = Ref(PyDict_New());
+        if (!*table) return false;
     }
-    return PyDict_SetItem(*table, name, entry) == 0;
+    return PyDict_SetItem(table->get(), name, entry) == 0;
 }
 
 // Makes, in one maker call, the entries for `names` (a list of exact str, or of exact int,
 // none of them known yet) and remembers them.
 bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
-    Ref block(Py_NewRef(kind.block));
+    Ref block = Ref::FromBorrowed(kind.block.get());  // may be replaced while it runs
     Ref made(PyObject_CallOneArg(block.get(), names));
     if (!made) return false;
     if (!PyList_CheckExact(made.get()) ||
@@ -197,7 +175,7 @@ bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
 }
 
 bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
-    if (kind.block == nullptr || n < 8) return true;  // a few misses: one by one is as cheap
+    if (!kind.block || n < 8) return true;  // a few misses: one by one is as cheap
     // Exact str and exact int keys (the cacheable ones) not known yet, one list per type: the
     // block maker sorts them, which mixed types would not allow.
     Ref missing_str(PyList_New(0));
@@ -210,7 +188,7 @@ bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
                                                     : nullptr;
         if (list == nullptr) continue;
         bool known = false;
-        for (PyObject* table : {kind.cache, kind.overflow}) {
+        for (PyObject* table : {kind.cache.get(), kind.overflow.get()}) {
             if (table == nullptr || known) continue;
             const int has = PyDict_Contains(table, name);
             if (has < 0) return false;
@@ -224,85 +202,63 @@ bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
     return true;
 }
 
-void ClearIndexKeys(IndexKeys& kind) {
-    // Moved out first: releasing a key could, in principle, run code that re-enters here.
-    std::vector<PyObject*> cache = std::move(kind.cache);
-    std::vector<PyObject*> overflow = std::move(kind.overflow);
-    kind.cache.clear();
-    kind.overflow.clear();
-    for (PyObject* key : cache) Py_XDECREF(key);
-    for (PyObject* key : overflow) Py_XDECREF(key);
-}
-
-void ReleaseOverflow(IndexKeys& kind) {
-    std::vector<PyObject*> overflow = std::move(kind.overflow);
-    kind.overflow.clear();
-    for (PyObject* key : overflow) Py_XDECREF(key);
+// The walk-scoped entries (past the caches), dropped when the last key-path walk ends. Moved
+// out first: releasing a key could, in principle, run code that re-enters here.
+void ReleaseOverflow(KeysState& s) {
+    RefVector sequence = std::move(s.sequence.overflow);
+    RefVector flattened_index = std::move(s.flattened_index.overflow);
+    Ref dict = std::move(s.dict.overflow);
+    Ref getattr = std::move(s.getattr.overflow);
 }
 
 }  // namespace
 
 bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
              PyObject* flattened_index_key) {
-    Py_XSETREF(g_dict.cls, Py_NewRef(dict_key));
-    Py_XSETREF(g_sequence.cls, Py_NewRef(sequence_key));
-    Py_XSETREF(g_getattr.cls, Py_NewRef(getattr_key));
-    Py_XSETREF(g_flattened_index.cls, Py_NewRef(flattened_index_key));
-    // Entries cached for previously installed classes would be of the wrong type now.
-    ClearIndexKeys(g_sequence);
-    ClearIndexKeys(g_flattened_index);
-    Py_CLEAR(g_dict.cache);
-    Py_CLEAR(g_getattr.cache);
-    Py_CLEAR(g_dict.overflow);
-    Py_CLEAR(g_getattr.overflow);
+    KeysState& s = S();
+    // Entries cached for previously installed classes would be of the wrong type now: the old
+    // classes and entries are moved out here, and released at the end, the new classes in place.
+    // (The makers stay.)
+    IndexKeys old_sequence{std::move(s.sequence.cls), Ref(), std::move(s.sequence.cache),
+                           std::move(s.sequence.overflow)};
+    IndexKeys old_flattened_index{std::move(s.flattened_index.cls), Ref(),
+                                  std::move(s.flattened_index.cache),
+                                  std::move(s.flattened_index.overflow)};
+    NamedKeys old_dict{std::move(s.dict.cls), Ref(), Ref(), std::move(s.dict.cache),
+                       std::move(s.dict.overflow)};
+    NamedKeys old_getattr{std::move(s.getattr.cls), Ref(), Ref(), std::move(s.getattr.cache),
+                          std::move(s.getattr.overflow)};
+    s.dict.cls = Ref::FromBorrowed(dict_key);
+    s.sequence.cls = Ref::FromBorrowed(sequence_key);
+    s.getattr.cls = Ref::FromBorrowed(getattr_key);
+    s.flattened_index.cls = Ref::FromBorrowed(flattened_index_key);
     return true;
 }
 
 void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
                    PyObject* dict_key, PyObject* getattr_key, PyObject* dict_key_block) {
-    auto opt = [](PyObject* f) { return f == Py_None ? nullptr : Py_XNewRef(f); };
-    Py_XSETREF(g_dict.block, opt(dict_key_block));
-    Py_XSETREF(g_sequence.block, opt(sequence_block));
-    Py_XSETREF(g_flattened_index.block, opt(flattened_index_block));
-    Py_XSETREF(g_dict.maker, opt(dict_key));
-    Py_XSETREF(g_getattr.maker, opt(getattr_key));
+    KeysState& s = S();
+    auto opt = [](PyObject* f) { return Ref::FromBorrowed(f == Py_None ? nullptr : f); };
+    s.dict.block = opt(dict_key_block);
+    s.sequence.block = opt(sequence_block);
+    s.flattened_index.block = opt(flattened_index_block);
+    s.dict.maker = opt(dict_key);
+    s.getattr.maker = opt(getattr_key);
 }
 
-WalkScope::WalkScope() { ++g_walk_depth; }
+WalkScope::WalkScope() { ++S().walk_depth; }
 WalkScope::~WalkScope() {
-    if (--g_walk_depth == 0) {
-        ReleaseOverflow(g_sequence);
-        ReleaseOverflow(g_flattened_index);
-        Py_CLEAR(g_dict.overflow);
-        Py_CLEAR(g_getattr.overflow);
-    }
+    if (--S().walk_depth == 0) ReleaseOverflow(S());
 }
 
-bool ReserveSequence(Py_ssize_t n) { return Reserve(g_sequence, n); }
-bool ReserveDict(PyObject* const* keys, Py_ssize_t n) { return ReserveNames(g_dict, keys, n); }
-bool ReserveFlattenedIndex(Py_ssize_t n) { return Reserve(g_flattened_index, n); }
+bool ReserveSequence(Py_ssize_t n) { return Reserve(S().sequence, n); }
+bool ReserveDict(PyObject* const* keys, Py_ssize_t n) { return ReserveNames(S().dict, keys, n); }
+bool ReserveFlattenedIndex(Py_ssize_t n) { return Reserve(S().flattened_index, n); }
 
-PyObject* Dict(PyObject* key) { return ByName(g_dict, key); }
-PyObject* Sequence(Py_ssize_t index) { return ByIndex(g_sequence, index); }
-PyObject* GetAttr(PyObject* name) { return ByName(g_getattr, name); }
-PyObject* FlattenedIndex(Py_ssize_t index) { return ByIndex(g_flattened_index, index); }
-
-int Traverse(visitproc visit, void* arg) {
-    for (const IndexKeys* kind : {&g_sequence, &g_flattened_index}) {
-        Py_VISIT(kind->cls);
-        Py_VISIT(kind->block);
-        for (PyObject* key : kind->cache) Py_VISIT(key);
-        for (PyObject* key : kind->overflow) Py_VISIT(key);
-    }
-    for (const NamedKeys* kind : {&g_dict, &g_getattr}) {
-        Py_VISIT(kind->cls);
-        Py_VISIT(kind->maker);
-        Py_VISIT(kind->block);
-        Py_VISIT(kind->cache);
-        Py_VISIT(kind->overflow);
-    }
-    return 0;
-}
+PyObject* Dict(PyObject* key) { return ByName(S().dict, key); }
+PyObject* Sequence(Py_ssize_t index) { return ByIndex(S().sequence, index); }
+PyObject* GetAttr(PyObject* name) { return ByName(S().getattr, name); }
+PyObject* FlattenedIndex(Py_ssize_t index) { return ByIndex(S().flattened_index, index); }
 
 }  // namespace keys
 }  // namespace fastree

@@ -7,8 +7,8 @@
 namespace fastree {
 namespace keys {
 
-// Installs the four JAX key classes: owned references, kept for the life of the process and
-// reported to the GC through the registry object (Traverse below).
+// Installs the four JAX key classes (held by the module state, module_state.h, with the makers
+// and the cached entries).
 bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
              PyObject* flattened_index_key);
 
@@ -41,9 +41,6 @@ PyObject* Dict(PyObject* key);
 PyObject* Sequence(Py_ssize_t index);
 PyObject* GetAttr(PyObject* name);
 PyObject* FlattenedIndex(Py_ssize_t index);
-
-// GC visibility for the installed classes.
-int Traverse(visitproc visit, void* arg);
 
 }  // namespace keys
 }  // namespace fastree

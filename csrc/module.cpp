@@ -7,6 +7,7 @@
 #include "jax_texts.h"
 #include "pyutils.h"
 #include "keys.h"
+#include "module_state.h"
 #include "registry.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -91,17 +92,27 @@ void ThrowIfFalse(bool ok) {
 }  // namespace
 }  // namespace fastree
 
-PYBIND11_MODULE(_core, m) {
+// Multi-phase (PEP 489) init. The core's state is per process (module_state.h), so the module
+// declares that it does not support subinterpreters: Python 3.12+ refuses it to isolated ones
+// at import, and NewModuleStateObject to legacy ones. (Before 3.12, pybind11's own PyInit takes
+// the GIL with PyGILState_Ensure, which hangs in a subinterpreter before this code runs.)
+PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
     using namespace fastree;
     m.doc() = "fastree's C++ core: flatten, unflatten, map, treedefs and the node registry.";
+
+    // First: it refuses a subinterpreter or a second initialisation before anything is made.
+    py::object state = py::reinterpret_steal<py::object>(NewModuleStateObject());
+    if (!state) {
+        py::error_already_set error;
+        // Its own text, rather than pybind11's "initialization failed" with it as the cause.
+        if (error.matches(PyExc_ImportError)) throw py::import_error(py::str(error.value()));
+        throw error;
+    }
+    m.attr("_module_state") = state;
 
     if (CreateTreeDefType() == nullptr) throw py::error_already_set();
     m.add_object("PyTreeDef", reinterpret_cast<PyObject*>(g_PyTreeDef_Type));
     if (PyModule_AddFunctions(m.ptr(), kFastFunctions) < 0) throw py::error_already_set();
-
-    py::object registry_obj = py::reinterpret_steal<py::object>(registry::NewRegistryObject());
-    if (!registry_obj) throw py::error_already_set();
-    m.attr("registry") = registry_obj;
 
     m.def(
         "register_node",

@@ -33,14 +33,19 @@ class Ref {
  public:
     Ref() = default;
     explicit Ref(PyObject* owned) : p_(owned) {}
+    // A new reference to `borrowed` (which may be null), as Py_XNewRef.
+    static Ref FromBorrowed(PyObject* borrowed) { return Ref(Py_XNewRef(borrowed)); }
     Ref(const Ref&) = delete;
     Ref& operator=(const Ref&) = delete;
     Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    // The new value is in place before the old one is released (as Py_XSETREF does): releasing
+    // can run a finalizer, which must not find this holder pointing at a dying object.
     Ref& operator=(Ref&& o) noexcept {
         if (this != &o) {
-            Py_XDECREF(p_);
+            PyObject* old = p_;
             p_ = o.p_;
             o.p_ = nullptr;
+            Py_XDECREF(old);
         }
         return *this;
     }

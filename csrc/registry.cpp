@@ -1,15 +1,11 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry.h"
 
-#include "aux_check.h"
-#include "keys.h"
+#include "module_state.h"
 #include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
 
 #include <memory>
-#include <unordered_map>
-#include <vector>
+#include <utility>
 
 namespace fastree {
 namespace registry {
@@ -22,61 +18,38 @@ const Registration kDict{NodeKind::kDict};
 const Registration kNamedTuple{NodeKind::kNamedTuple};
 const Registration kTupleSubclass{NodeKind::kLeaf};
 
-Memo g_memo;
-PyObject* g_jax_registry = nullptr;
-
 namespace {
 
-// Everything here is only touched with the GIL held.
-struct State {
-    // Every Registration ever created, kept alive for the process (treedef nodes point here).
-    std::vector<std::unique_ptr<Registration>> all;
-    // Types registered through fastree (plus collections.OrderedDict / defaultdict).
-    std::unordered_map<PyTypeObject*, const Registration*> registered;
-    // Memo of ClassifySlow results. Each entry holds a weak reference to its type whose callback
-    // erases the entry when the type dies: the memo never keeps a class alive, and a new class
-    // allocated at a dead one's address can never inherit its stale answer.
-    struct MemoEntry {
-        const Registration* reg;
-        PyObject* weakref;  // owned; null for types that cannot be weakly referenced
-    };
-    std::unordered_map<PyTypeObject*, MemoEntry> memo;
-    std::unordered_map<PyObject*, PyTypeObject*> memo_by_weakref;  // for the death callback
-    PyObject* on_type_death = nullptr;  // owned: the weakref callback (a builtin function)
-    Py_ssize_t memo_jax_size = -1;
-    PyObject* jax_registry = nullptr;            // owned
-    PyObject* jax_flatten_with_keys = nullptr;   // owned
-    PyObject* jax_flatten_one_level = nullptr;   // owned
-    PyObject* jaxlib_adopter = nullptr;          // owned: type -> (flatten, unflatten) | None
-};
-
-State& S() {
-    static State* s = new State();  // leaked on purpose: outlives module teardown order
-    return *s;
-}
+// The registry's part of the module state (module_state.h).
+RegistryState& S() { return ModState().registry; }
 
 constexpr size_t kMaxMemo = 8192;
 
 void DropMemo() {
-    State& s = S();
-    // Move out first: DECREF may run arbitrary code (a type's finalizer) that re-enters here.
+    RegistryState& s = S();
+    // Moved out first, released when `old` dies: releasing may run arbitrary code (a type's
+    // finalizer) that re-enters here.
     auto old = std::move(s.memo);
     s.memo.clear();
     s.memo_by_weakref.clear();
     g_memo = Memo{};
-    for (auto& entry : old) Py_XDECREF(entry.second.weakref);
 }
 
 // Weakref callback: a memoised type died; forget it (and the one-entry memo if it was there).
 PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
-    State& s = S();
+    RegistryState& s = S();
     auto found = s.memo_by_weakref.find(weakref);
     if (found != s.memo_by_weakref.end()) {
         PyTypeObject* dead = found->second;
         s.memo_by_weakref.erase(found);
         if (g_memo.type == dead) g_memo = Memo{};
-        s.memo.erase(dead);
-        Py_DECREF(weakref);
+        // The entry's reference to `weakref` is released after the entry is gone.
+        Ref entry_ref;
+        auto entry = s.memo.find(dead);
+        if (entry != s.memo.end()) {
+            entry_ref = std::move(entry->second.weakref);
+            s.memo.erase(entry);
+        }
     }
     Py_RETURN_NONE;
 }
@@ -84,18 +57,18 @@ PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
 PyMethodDef kOnTypeDeathDef = {"_forget_type", OnTypeDeath, METH_O, nullptr};
 
 // A weak reference to `t` that erases its memo entry on death; null (no error) if `t` does not
-// support weak references, in which case the entry holds a strong reference instead.
-PyObject* WatchType(PyTypeObject* t) {
-    State& s = S();
-    if (s.on_type_death == nullptr) {
-        s.on_type_death = PyCFunction_New(&kOnTypeDeathDef, nullptr);
-        if (s.on_type_death == nullptr) {
+// support weak references (its answer is then not memoised).
+Ref WatchType(PyTypeObject* t) {
+    RegistryState& s = S();
+    if (!s.on_type_death) {
+        s.on_type_death = Ref(PyCFunction_New(&kOnTypeDeathDef, nullptr));
+        if (!s.on_type_death) {
             PyErr_Clear();
-            return nullptr;
+            return Ref();
         }
     }
-    PyObject* ref = PyWeakref_NewRef(reinterpret_cast<PyObject*>(t), s.on_type_death);
-    if (ref == nullptr) PyErr_Clear();
+    Ref ref(PyWeakref_NewRef(reinterpret_cast<PyObject*>(t), s.on_type_death.get()));
+    if (!ref) PyErr_Clear();
     return ref;
 }
 
@@ -118,8 +91,10 @@ const Registration* NamedTupleKind(PyTypeObject* t) {
 
 // A new permanent record for a type adopted from JAX with these callbacks. The record is owned by
 // `all` before it takes its references, so a C++ exception (std::bad_alloc) leaks nothing.
+// Registration's fields are raw owned pointers (registry.h), never released: the references
+// that fill them, here and below, have no matching release by design.
 const Registration* AddAdopted(PyTypeObject* t, PyObject* flatten, PyObject* unflatten) {
-    State& s = S();
+    RegistryState& s = S();
     s.all.push_back(std::make_unique<Registration>());
     Registration* reg = s.all.back().get();
     reg->kind = NodeKind::kCustom;
@@ -133,17 +108,17 @@ const Registration* AddAdopted(PyTypeObject* t, PyObject* flatten, PyObject* unf
 
 // A type JAX knows through its Python-side registry: adopt its callbacks as a custom node.
 const Registration* AdoptFromJax(PyTypeObject* t) {
-    State& s = S();
-    if (s.jax_registry == nullptr) return nullptr;
+    RegistryState& s = S();
+    if (!s.jax_registry) return nullptr;
     // The lookup can run Python code (a metaclass's __hash__ or __eq__), which could replace the
     // registry: both the dict and the entry found in it are held while they are used.
-    Ref registry(Py_NewRef(s.jax_registry));
+    Ref registry = Ref::FromBorrowed(s.jax_registry.get());
     PyObject* found = PyDict_GetItemWithError(registry.get(), reinterpret_cast<PyObject*>(t));
     if (found == nullptr) {
         PyErr_Clear();
         return nullptr;
     }
-    Ref entry(Py_NewRef(found));
+    Ref entry = Ref::FromBorrowed(found);
     // _RegistryEntry(to_iter, from_iter) is a namedtuple.
     if (!PyTuple_Check(entry.get()) || PyTuple_GET_SIZE(entry.get()) < 2) return nullptr;
     return AddAdopted(t, PyTuple_GET_ITEM(entry.get(), 0), PyTuple_GET_ITEM(entry.get(), 1));
@@ -153,9 +128,9 @@ const Registration* AdoptFromJax(PyTypeObject* t) {
 // register_dataclass_node, which leave JAX's Python-side dict alone): the adopter the Python
 // layer installs answers (flatten, unflatten) built on jaxlib's own functions, or None.
 const Registration* AdoptFromJaxlib(PyTypeObject* t) {
-    State& s = S();
-    if (s.jaxlib_adopter == nullptr) return nullptr;
-    Ref adopter(Py_NewRef(s.jaxlib_adopter));
+    RegistryState& s = S();
+    if (!s.jaxlib_adopter) return nullptr;
+    Ref adopter = Ref::FromBorrowed(s.jaxlib_adopter.get());  // may be replaced while it runs
     Ref answer(PyObject_CallOneArg(adopter.get(), reinterpret_cast<PyObject*>(t)));
     if (!answer || !PyTuple_Check(answer.get()) || PyTuple_GET_SIZE(answer.get()) != 2) {
         PyErr_Clear();  // classifying cannot fail: the type stays a leaf, as before
@@ -165,7 +140,7 @@ const Registration* AdoptFromJaxlib(PyTypeObject* t) {
 }
 
 const Registration* Resolve(PyTypeObject* t) {
-    State& s = S();
+    RegistryState& s = S();
     auto it = s.registered.find(t);
     if (it != s.registered.end()) return it->second;
     // Builtins are also in JAX's `_registry` (as Python lambdas); never adopt those.
@@ -184,17 +159,16 @@ const Registration* Resolve(PyTypeObject* t) {
 const Registration* ClassifyTupleSubclass(PyObject* obj) {
     // JAX's test, per object: hasattr(obj, "_fields"). Any exception from the lookup means "no
     // such attribute", as in jaxlib (whose hasattr swallows them all): classifying cannot fail.
-    PyObject* fields = PyObject_GetAttrString(obj, "_fields");
-    if (fields == nullptr) {
+    Ref fields(PyObject_GetAttrString(obj, "_fields"));
+    if (!fields) {
         PyErr_Clear();
         return &kLeaf;
     }
-    Py_DECREF(fields);
     return &kNamedTuple;
 }
 
 const Registration* ClassifySlow(PyTypeObject* t) {
-    State& s = S();
+    RegistryState& s = S();
     // JAX only ever adds to its registry (it has no unregister), so a change in the registry's
     // size is exactly "a type may have become a node".
     Py_ssize_t jax_size = JaxRegistrySize();
@@ -212,9 +186,9 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         // Resolve can run Python code (JAX's registry lookup, the jaxlib adopter), which may
         // reassign the object's __class__ and so drop the last reference to `t`: held until
         // the memo is written. (If `t` then dies, its weakref callback forgets it again.)
-        keep_type = Ref(Py_NewRef(reinterpret_cast<PyObject*>(t)));
+        keep_type = Ref::FromBorrowed(reinterpret_cast<PyObject*>(t));
         reg = Resolve(t);
-        Ref weakref(WatchType(t));
+        Ref weakref = WatchType(t);
         if (!weakref) {
             // Not weakly referenceable: answer without memoising (rare; e.g. exotic metaclasses).
             g_memo = Memo{};
@@ -222,7 +196,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         }
         // The Python code above may have memoised `t` itself (re-entrant classification): the
         // entry already there stays, with its own weak reference, and ours is dropped.
-        auto [pos, inserted] = s.memo.emplace(t, State::MemoEntry{reg, nullptr});
+        auto [pos, inserted] = s.memo.emplace(t, RegistryState::MemoEntry{reg, Ref()});
         if (inserted) {
             try {
                 s.memo_by_weakref.emplace(weakref.get(), t);
@@ -230,7 +204,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
                 s.memo.erase(pos);  // no entry without its death callback (a stale answer)
                 throw;
             }
-            pos->second.weakref = weakref.release();
+            pos->second.weakref = std::move(weakref);
         }
     }
     g_memo.type = t;
@@ -240,7 +214,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
 }
 
 static Registration* NewRegistration(PyObject* type, NodeKind kind) {
-    State& s = S();
+    RegistryState& s = S();
     // Owned by `all` before it takes a reference: a C++ exception leaks nothing.
     s.all.push_back(std::make_unique<Registration>());
     Registration* out = s.all.back().get();
@@ -292,117 +266,32 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
         PyErr_SetString(PyExc_TypeError, "JAX's registry must be a dict.");
         return false;
     }
-    State& s = S();
-    // The new values are in place before the old ones are released: releasing runs finalizers
-    // (the old dict's entries), which may flatten and so read g_jax_registry.
-    PyObject* old_registry = s.jax_registry;
-    s.jax_registry = Py_NewRef(jax_registry_dict);
-    g_jax_registry = s.jax_registry;
-    Py_XDECREF(old_registry);
-    Py_XSETREF(s.jax_flatten_with_keys, Py_NewRef(jax_flatten_one_level_with_keys));
-    Py_XSETREF(s.jax_flatten_one_level, Py_NewRef(jax_flatten_one_level));
+    RegistryState& s = S();
+    // The new values are in place before the old ones are released (at the end): releasing runs
+    // finalizers (the old dict's entries), which may flatten and so read g_jax_registry.
+    Ref old_registry = s.SetJaxRegistry(Ref::FromBorrowed(jax_registry_dict));
+    s.jax_flatten_with_keys = Ref::FromBorrowed(jax_flatten_one_level_with_keys);
+    s.jax_flatten_one_level = Ref::FromBorrowed(jax_flatten_one_level);
     // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
-    PyObject* collections = PyImport_ImportModule("collections");
-    if (collections == nullptr) return false;
-    PyObject* od = PyObject_GetAttrString(collections, "OrderedDict");
-    PyObject* dd = PyObject_GetAttrString(collections, "defaultdict");
-    Py_DECREF(collections);
-    if (od == nullptr || dd == nullptr) {
-        Py_XDECREF(od);
-        Py_XDECREF(dd);
-        return false;
-    }
-    NewRegistration(od, NodeKind::kOrderedDict);
-    NewRegistration(dd, NodeKind::kDefaultDict);
-    Py_DECREF(od);
-    Py_DECREF(dd);
+    Ref collections(PyImport_ImportModule("collections"));
+    if (!collections) return false;
+    Ref od(PyObject_GetAttrString(collections.get(), "OrderedDict"));
+    if (!od) return false;
+    Ref dd(PyObject_GetAttrString(collections.get(), "defaultdict"));
+    if (!dd) return false;
+    NewRegistration(od.get(), NodeKind::kOrderedDict);
+    NewRegistration(dd.get(), NodeKind::kDefaultDict);
     DropMemo();
     return true;
 }
 
 void InstallJaxlibAdopter(PyObject* adopter) {
-    State& s = S();
-    Py_XSETREF(s.jaxlib_adopter, adopter == Py_None ? nullptr : Py_XNewRef(adopter));
+    S().jaxlib_adopter = Ref::FromBorrowed(adopter == Py_None ? nullptr : adopter);
     DropMemo();
 }
 
-PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys; }
-PyObject* JaxFlattenOneLevel() { return S().jax_flatten_one_level; }
-
-// ---- The registry object: makes the registry's references visible to the cycle collector.
-
-namespace {
-
-struct RegistryObject {
-    PyObject_HEAD
-};
-
-int RegistryTraverse(PyObject* self, visitproc visit, void* arg) {
-    Py_VISIT(Py_TYPE(self));
-    State& s = S();
-    for (const auto& reg : s.all) {
-        Py_VISIT(reg->type);
-        Py_VISIT(reg->flatten);
-        Py_VISIT(reg->unflatten);
-        Py_VISIT(reg->flatten_with_keys);
-        Py_VISIT(reg->data_fields);
-        Py_VISIT(reg->meta_fields);
-    }
-    for (const auto& entry : s.memo) Py_VISIT(entry.second.weakref);
-    Py_VISIT(s.on_type_death);
-    Py_VISIT(s.jax_registry);
-    Py_VISIT(s.jax_flatten_with_keys);
-    Py_VISIT(s.jax_flatten_one_level);
-    Py_VISIT(s.jaxlib_adopter);
-    // The core's other module-lifetime references: JAX's key classes and the bridge hooks.
-    if (int err = keys::Traverse(visit, arg)) return err;
-    if (int err = aux::Traverse(visit, arg)) return err;
-    return TraverseHooks(visit, arg);
-}
-
-// Registrations are permanent (as in JAX), so there is nothing the collector may break here.
-int RegistryClear(PyObject*) { return 0; }
-
-void RegistryDealloc(PyObject* self) {
-    PyTypeObject* tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-PyType_Slot kRegistrySlots[] = {
-    {Py_tp_traverse, reinterpret_cast<void*>(RegistryTraverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(RegistryClear)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(RegistryDealloc)},
-    {Py_tp_doc, const_cast<char*>("fastree's node registry (owns every registration).")},
-    {0, nullptr},
-};
-
-PyType_Spec kRegistrySpec = {
-    "fastree._core.Registry",
-    sizeof(RegistryObject),
-    0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    kRegistrySlots,
-};
-
-}  // namespace
-
-PyObject* NewRegistryObject() {
-    // The module uses single-phase init and is imported once per process; a second registry
-    // object would report the same references to the GC twice.
-    static bool created = false;
-    if (created) {
-        PyErr_SetString(PyExc_ImportError, "fastree._core cannot be initialised twice");
-        return nullptr;
-    }
-    created = true;
-    PyObject* type = PyType_FromSpec(&kRegistrySpec);
-    if (type == nullptr) return nullptr;
-    PyObject* obj = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
-    Py_DECREF(type);
-    return obj;
-}
+PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys.get(); }
+PyObject* JaxFlattenOneLevel() { return S().jax_flatten_one_level.get(); }
 
 }  // namespace registry
 }  // namespace fastree

@@ -24,7 +24,7 @@ mkdir -p "$SITE" "$LOGS"
 # RelWithDebInfo and no stripping (pybind11 strips Release modules) so reports name file:line.
 # --no-build-isolation keeps build-asan/ reusable between runs; it needs the build requirements in
 # the current environment (CI only gets them inside `pip install .`'s isolated build env).
-"$PYTHON" -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=2.13"
+"$PYTHON" -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=3.0.1"
 echo "== building the sanitized extension (build-asan/)"
 "$PYTHON" -m pip install --quiet --no-deps --no-build-isolation --target "$SITE" \
     -Cbuild-dir=build-asan -Ccmake.define.FASTREE_SANITIZE=ON \

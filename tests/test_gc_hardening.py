@@ -184,7 +184,7 @@ def test_cycle_through_registration_callbacks_is_visible():
         return Reg()
 
     tu.register_pytree_node(Reg, flatten, unflatten)
-    referents = gc.get_referents(_core.registry)
+    referents = gc.get_referents(_core._module_state)
     assert any(r is flatten for r in referents)
     assert any(r is unflatten for r in referents)
     assert any(r is Reg for r in referents)

@@ -8,8 +8,8 @@ The stub is hand-written: whoever adds a function to the core, or a Python metho
   the runtime states them: ``inspect.signature`` (the C functions' text signatures, Python
   functions) or, for pybind11 functions, the signature line of their docstring. Overloads: one
   of them matches;
-* every attribute the runtime has on the module, on ``PyTreeDef`` and on the registry object's
-  type is declared (dunders aside).
+* every attribute the runtime has on the module, on ``PyTreeDef`` and on the module state
+  object's type is declared (dunders aside).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ class Stub:
 
 
 STUB_DECLARED = Stub(STUB.read_text())
-# The runtime class behind each stub class (Registry is only the type of `registry`).
-RUNTIME_CLASSES = {"PyTreeDef": _core.PyTreeDef, "Registry": type(_core.registry)}
+# The runtime class behind each stub class (ModuleState is only the type of `_module_state`).
+RUNTIME_CLASSES = {"PyTreeDef": _core.PyTreeDef, "ModuleState": type(_core._module_state)}
 
 
 def _check_against(runtime: Any, declared: list[ast.FunctionDef], drop_first: bool) -> None:

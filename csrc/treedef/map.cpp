@@ -8,6 +8,7 @@
 // (interleaving measured 8% slower on transformer trees).
 #include <optional>
 
+#include "module_state.h"
 #include "pyutils.h"
 #include "scratch.h"
 #include "treedef.h"
@@ -18,8 +19,6 @@
 namespace fastree {
 namespace {
 
-PyObject* g_map_error_hook = nullptr;  // owned; explains structure mismatches (Python layer)
-
 // The current error is a structure mismatch that FlattenUpTo raised while cutting `other` to
 // `tree`'s structure. Replace it by the Python layer's key-path explanation when there is one
 // (raised `from None`, as JAX does). Only fastree's own mismatch errors come here: an exception
@@ -28,13 +27,14 @@ PyObject* g_map_error_hook = nullptr;  // owned; explains structure mismatches (
 // interrupted), that exception propagates, with the mismatch as its __context__.
 void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is_leaf_takes_path,
                      const char* func) {
-    if (g_map_error_hook == nullptr) return;
+    // Held for the call: the hook may be replaced while it runs.
+    Ref hook = Ref::FromBorrowed(ModState().treedef.map_error_hook.get());
+    if (!hook) return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
     Ref mismatch_type(type), mismatch(value), mismatch_tb(tb);
-    Ref hook(Py_NewRef(g_map_error_hook));  // the hook may be replaced while it runs
     Ref name(PyUnicode_FromString(func));
     Ref exc;
     if (name) {
@@ -65,12 +65,8 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
 
 }  // namespace
 
-void SetMapErrorHook(PyObject* hook) { Py_XSETREF(g_map_error_hook, Py_XNewRef(hook)); }
-
-int TraverseHooks(visitproc visit, void* arg) {
-    Py_VISIT(g_map_error_hook);
-    Py_VISIT(ToJaxHook());
-    return 0;
+void SetMapErrorHook(PyObject* hook) {
+    ModState().treedef.map_error_hook = Ref::FromBorrowed(hook);
 }
 
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,
@@ -137,7 +133,8 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
             return nullptr;
         }
         // Done with this leaf: release it now, while f has just touched it, rather than in a
-        // cache-cold pass over every leaf at the end. Its slot takes the result.
+        // cache-cold pass over every leaf at the end. Its slot takes the result. (Raw calls: the
+        // slots are the pooled vectors' raw owned pointers, released here once per leaf.)
         Py_SETREF(leaves[i], r);
         for (Py_ssize_t j = 0; j < num_rest; ++j) Py_CLEAR(columns[j][i]);
         if (with_path) Py_CLEAR(paths[i]);

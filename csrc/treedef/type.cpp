@@ -1,6 +1,7 @@
 // The PyTreeDef Python type: slots, methods, and the GC protocol.
 #include <new>
 
+#include "module_state.h"
 #include "pyutils.h"
 #include "node_kinds.h"
 #include "treedef.h"
@@ -11,11 +12,7 @@
 
 namespace fastree {
 
-PyTypeObject* g_PyTreeDef_Type = nullptr;
-
 namespace {
-
-PyObject* g_to_jax_hook = nullptr;  // owned; set by the JAX bridge
 
 PyTreeDefObject* Self(PyObject* o) { return reinterpret_cast<PyTreeDefObject*>(o); }
 
@@ -47,7 +44,7 @@ void Dealloc(PyObject* self) {
     if (Self(self)->weakrefs != nullptr) PyObject_ClearWeakRefs(self);
     Self(self)->def.~TreeDef();
     tp->tp_free(self);
-    Py_DECREF(tp);
+    Py_DECREF(tp);  // the instance's reference to its heap type (CPython's dealloc idiom)
 }
 
 // ---- protocol slots
@@ -145,12 +142,12 @@ PyObject* MState(PyObject* self, PyObject*) { return State(DefOf(self)); }
 PyObject* MNodes(PyObject* self, PyObject*) { return NodeRecords(DefOf(self)); }
 
 PyObject* MToJax(PyObject* self, PyObject*) {
-    if (g_to_jax_hook == nullptr) {
+    // Held for the call: the hook may be replaced (and the old one freed) while it runs.
+    Ref hook = Ref::FromBorrowed(ModState().treedef.to_jax_hook.get());
+    if (!hook) {
         PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
         return nullptr;
     }
-    // Held for the call: the hook may be replaced (and the old one freed) while it runs.
-    Ref hook(Py_NewRef(g_to_jax_hook));
     return PyObject_CallOneArg(hook.get(), self);
 }
 
@@ -235,7 +232,10 @@ PyType_Spec kSpec = {
 }  // namespace
 
 PyTypeObject* CreateTreeDefType() {
-    g_PyTreeDef_Type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSpec));
+    // Held by the module state for the process; g_PyTreeDef_Type is its mirror for IsTreeDef.
+    TreeDefState& s = ModState().treedef;
+    s.type = Ref(PyType_FromSpec(&kSpec));
+    g_PyTreeDef_Type = reinterpret_cast<PyTypeObject*>(s.type.get());
     return g_PyTreeDef_Type;
 }
 
@@ -254,7 +254,6 @@ PyObject* WrapTreeDef(TreeDef&& def) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-void SetToJaxHook(PyObject* hook) { Py_XSETREF(g_to_jax_hook, Py_XNewRef(hook)); }
-PyObject* ToJaxHook() { return g_to_jax_hook; }
+void SetToJaxHook(PyObject* hook) { ModState().treedef.to_jax_hook = Ref::FromBorrowed(hook); }
 
 }  // namespace fastree

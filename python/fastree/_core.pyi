@@ -56,11 +56,12 @@ class PyTreeDef:
     @staticmethod
     def deserialize_using_proto(registry: Any, data: bytes) -> PyTreeDef: ...
 
-# The type of `registry` (not a module attribute at runtime).
-class Registry:
-    """The node registry's owner object: it exists so the GC can see what the core holds."""
+# The type of `_module_state` (not a module attribute at runtime).
+class ModuleState:
+    """The core's module state: owns every reference the core keeps between calls and shows
+    them to the garbage collector (csrc/module_state.h)."""
 
-registry: Registry
+_module_state: ModuleState
 
 def tree_flatten(
     tree: Any, is_leaf: Callable[[Any], bool] | None = None
