@@ -37,7 +37,8 @@ enum class NodeKind : uint8_t {
 
 // How one node type is taken apart and rebuilt. Registrations are never freed (JAX's are not
 // either): treedef nodes point at them with a plain pointer for the lifetime of the process.
-// All PyObject* fields are owned references, visible to the GC through the registry object.
+// All PyObject* fields are owned references, reported to the GC by the module state
+// (ModuleState::Traverse, module_state.cpp).
 struct Registration {
     NodeKind kind = NodeKind::kLeaf;
     PyObject* type = nullptr;               // the registered class; null for built-in kinds
@@ -125,8 +126,8 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
                        bool preserve_identity);
 
 // Installs JAX's registry dict and its registry's flatten_one_level(_with_keys): the latter gives
-// key paths of JAX-only types, both answer flatten_one_level on them. Owned references are kept
-// by the registry object.
+// key paths of JAX-only types, both answer flatten_one_level on them. The module state keeps the
+// owned references.
 bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
                 PyObject* jax_flatten_one_level_with_keys);
 // Installs the Python layer's adopter for types registered only in jaxlib's C++ registry:
@@ -134,9 +135,6 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
 void InstallJaxlibAdopter(PyObject* adopter);
 PyObject* JaxFlattenWithKeys();  // borrowed; may be null
 PyObject* JaxFlattenOneLevel();  // borrowed; may be null
-
-// Module-level object whose tp_traverse exposes every reference the registry owns to the GC.
-PyObject* NewRegistryObject();
 
 }  // namespace registry
 }  // namespace fastree
