@@ -91,6 +91,9 @@ inline constexpr Node kLeafNode = [] {
     return node;
 }();
 
+// A node with every field zero, for AppendNode.
+inline constexpr Node kBlankNode{};
+
 // The node vector of a treedef, and the pooled one flatten builds nodes in (see Flatten). (Kept on
 // std::allocator: pymalloc measured no faster once small trees stopped growing vectors at all.)
 using NodeVector = std::vector<Node>;
@@ -149,6 +152,15 @@ struct TreeDef {
     // leafless kSharedRef pointing at an earlier node, that node is marked as a target (unflatten
     // keeps what it builds there), and the treedef knows it has references.
     void AppendLeaf() { nodes.push_back(kLeafNode); }
+    // Appends a blank node for the caller to fill in place (a Node assembled on the stack and
+    // then copied with wide loads stalls on store forwarding). Copied from a constant rather
+    // than made by emplace_back(): GCC folds the vector's reallocation into emplace_back<>()
+    // and then calls it, a 6-register frame per node, from every walker; push_back's copy is
+    // inlined with only its reallocation out of line.
+    Node& AppendNode() {
+        nodes.push_back(kBlankNode);
+        return nodes.back();
+    }
     void AppendSharedRef(Py_ssize_t target) {
         Node node;
         node.kind = NodeKind::kSharedRef;
@@ -161,7 +173,8 @@ struct TreeDef {
 
     // Stores a payload (`data` is stolen) and returns its index for Node::payload.
     Count AddPayload(PyObject* data, const Registration* custom) {
-        payloads.push_back(NodePayload{data, custom});
+        const NodePayload payload{data, custom};
+        payloads.push_back(payload);  // by copy, for the reason given at AppendNode
         return static_cast<Count>(payloads.size() - 1);
     }
     // The node's data (borrowed) and registration; null for kinds without a payload.

@@ -115,7 +115,7 @@ class Flattener {
         // Filled in place: a Node assembled on the stack from narrow stores and then copied with
         // wide loads stalls on store forwarding, once per node.
         Ref data(node_data);  // owned until the payload table holds it
-        Node& node = def_->nodes.emplace_back();
+        Node& node = def_->AppendNode();
         node.kind = kind;
         node.arity = static_cast<Count>(arity);
         node.num_leaves = static_cast<Count>(leaves_->size() - mark.leaves);

@@ -58,7 +58,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     TreeDef def;
     def.nodes.reserve(static_cast<size_t>(n) + 1);
     def.nodes.assign(static_cast<size_t>(n), kLeafNode);
-    Node& root = def.nodes.emplace_back();
+    Node& root = def.AppendNode();
     root.kind = kind;
     root.arity = static_cast<Count>(n);
     root.num_leaves = static_cast<Count>(n);
