@@ -409,8 +409,8 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     if (def.nodes.empty()) return nullptr;
     const Node& root = def.nodes.back();
     if (!AllChildrenAreLeaves(root)) return nullptr;
-    const bool want_tuple = root.kind == registry::kTuple.kind;
-    if (!want_tuple && root.kind != registry::kList.kind) return nullptr;
+    const bool want_tuple = root.kind == kinds::TupleKind::kKind;
+    if (!want_tuple && root.kind != kinds::ListKind::kKind) return nullptr;
     // The result is allocated before the items are read: allocating can run the cyclic GC,
     // whose finalizers may change `tree` (a list). Nothing between the size check and the copy
     // below runs Python code.

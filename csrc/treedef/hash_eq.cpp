@@ -123,7 +123,8 @@ int Equal(const TreeDef& a, const TreeDef& b) {
         // Same node vectors, so keys and payloads sit at the same positions in both: compared
         // as flat arrays, without walking the nodes again.
         if (a.keys.size() != b.keys.size()) return 0;  // (cannot happen; cheap to rule out)
-        int same = SameKeys(a.keys.data(), b.keys.data(), a.keys.size());
+        // (SameKeys is a call: a treedef without dicts does not pay for it.)
+        int same = a.keys.empty() ? 1 : SameKeys(a.keys.data(), b.keys.data(), a.keys.size());
         for (size_t i = 0; same == 1 && i < a.payloads.size(); ++i) {
             if (a.payloads[i].custom != nullptr) same = SameData(a.payloads[i], b.payloads[i]);
         }

@@ -7,6 +7,7 @@
 // pass. The results are the general path's exactly (the same node bytes, so treedefs compare
 // and hash equal); anything the fast path cannot decide without running Python code (a type not
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
+#include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
 #include "walkers.h"
@@ -14,9 +15,9 @@
 namespace fastree {
 namespace {
 
-// The kinds this file handles: the tuple's and the list's (their registrations say which).
-const NodeKind kTupleKind = registry::kTuple.kind;
-const NodeKind kListKind = registry::kList.kind;
+// The kinds this file handles (constants: compared without a load).
+constexpr NodeKind kTupleKind = kinds::TupleKind::kKind;
+constexpr NodeKind kListKind = kinds::ListKind::kKind;
 
 // The items of an exact tuple or list, or null.
 PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
