@@ -8,9 +8,11 @@ package imports itself only relatively, and each copy of ``_core`` is its own sh
 its own globals, so the two coexist.
 
 Each (tree, op) is timed interleaved (A, B, A, B, ...; min over repeats), and the ratio B / A is
-reported; below 1 means B is faster. Trees with registered custom nodes are left out: a type can
-be registered with JAX only once, so one build would see them through JAX's registry and the
-other through its own, which times different code.
+reported; below 1 means B is faster. The suite's trees with registered custom nodes are left out:
+a type can be registered with JAX only once, so one build would see them through JAX's registry
+and the other through its own, which times different code. Their kinds are covered by the
+``custom-*`` trees below instead: each build registers its own freshly made classes (same code,
+distinct class objects) and is timed on its own copy of the tree, over the same leaves.
 
 To make a base build of an old commit::
 
@@ -24,6 +26,7 @@ Usage: ``python scripts/ab_builds.py BASE_PACKAGE_DIR [--trees t1,t2] [--repeats
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import importlib
 import json
@@ -57,7 +60,11 @@ DEFAULT_TREES = (
     "dict-10k-nearly",
     "dict-10k-random",
     "deep-500",
+    "custom-callbacks",
+    "custom-dataclass",
 )
+# Trees of registered nodes, built per build (see the module docstring): name -> registration.
+PER_BUILD_TREES = {"custom-callbacks": "callbacks", "custom-dataclass": "dataclass"}
 TARGET_NS = 20_000_000  # per repeat and build
 
 
@@ -67,6 +74,60 @@ def load_base(package_dir: Path) -> Any:
     shutil.copytree(package_dir, tmp / "fastree_base")
     sys.path.insert(0, str(tmp))
     return importlib.import_module("fastree_base.tree_util")
+
+
+def registered_model(tu: Any, how: str, leaf: Callable[[tuple[int, ...]], Any]) -> Any:
+    """The suite's custom-nodes model (12 blocks of Linear/LayerNorm under a list) over classes
+    made and registered here with ``tu`` alone: with flatten/unflatten callbacks
+    (``how="callbacks"``) or as dataclasses with a static ``name`` (``how="dataclass"``)."""
+
+    @dataclasses.dataclass
+    class Linear:
+        weight: Any
+        bias: Any
+
+    @dataclasses.dataclass
+    class LayerNorm:
+        scale: Any
+        bias: Any
+
+    @dataclasses.dataclass
+    class Block:
+        attention: Any
+        mlp: Any
+        norm: Any
+        name: str
+
+    if how == "dataclass":
+        for cls in (Linear, LayerNorm):
+            tu.register_dataclass(cls, data_fields=[f.name for f in dataclasses.fields(cls)],
+                                  meta_fields=[])
+        tu.register_dataclass(Block, data_fields=["attention", "mlp", "norm"],
+                              meta_fields=["name"])
+    else:
+        tu.register_pytree_node(Linear, lambda n: ((n.weight, n.bias), None),
+                                lambda _, c: Linear(*c))
+        tu.register_pytree_node(LayerNorm, lambda n: ((n.scale, n.bias), None),
+                                lambda _, c: LayerNorm(*c))
+        tu.register_pytree_node(Block, lambda n: ((n.attention, n.mlp, n.norm), n.name),
+                                lambda name, c: Block(*c, name=name))
+
+    def linear(i: int) -> Any:
+        return Linear(leaf_at(2 * i), leaf_at(2 * i + 1))
+
+    # The same leaf objects for both builds' trees: leaf_at memoises them by position.
+    def leaf_at(i: int) -> Any:
+        return _LEAVES.setdefault(i, leaf((2,)))
+
+    blocks = [
+        Block(attention=linear(3 * b + 1), mlp=linear(3 * b + 2),
+              norm=LayerNorm(leaf_at(1000 + 2 * b), leaf_at(1001 + 2 * b)), name=f"block{b}")
+        for b in range(12)
+    ]
+    return [linear(0), *blocks]
+
+
+_LEAVES: dict[int, Any] = {}
 
 
 def ops_for(tu: Any, tree: Any) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
@@ -89,9 +150,9 @@ def ops_for(tu: Any, tree: Any) -> dict[str, tuple[Callable[..., Any], tuple[Any
     }
 
 
-def ab(tree: Any, base: Any, new: Any, repeats: int) -> dict[str, float]:
-    """B / A time ratio per op for one tree."""
-    a_ops, b_ops = ops_for(base, tree), ops_for(new, tree)
+def ab(tree: Any, base: Any, new: Any, repeats: int, tree_b: Any = None) -> dict[str, float]:
+    """B / A time ratio per op for one tree (``tree_b``: B's own copy, where it needs one)."""
+    a_ops, b_ops = ops_for(base, tree), ops_for(new, tree if tree_b is None else tree_b)
     ratios = {}
     for op, (fa, args_a) in a_ops.items():
         fb, args_b = b_ops[op]
@@ -119,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     recipes = {r.name: r for r in bench_trees.RECIPES}
     leaf = leaf_factory("numpy", "cpu")
     wanted = [name for name in args.trees.split(",") if name]
-    unknown = [name for name in wanted if name not in recipes]
+    unknown = [name for name in wanted if name not in recipes and name not in PER_BUILD_TREES]
     if unknown:
         parser.error(f"unknown trees: {', '.join(unknown)}")
 
@@ -128,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B = {new.__name__} ({Path(new.__file__).parent}), A = {args.base}")
     print(f"{'tree':<20} " + " ".join(f"{op:>17}" for op in ops_for(new, ())))
     for name in wanted:
-        tree = recipes[name].build(leaf)
-        results[name] = ab(tree, base, new, args.repeats)
+        if name in PER_BUILD_TREES:
+            how = PER_BUILD_TREES[name]
+            tree = registered_model(base, how, leaf)
+            results[name] = ab(tree, base, new, args.repeats, registered_model(new, how, leaf))
+        else:
+            results[name] = ab(recipes[name].build(leaf), base, new, args.repeats)
         print(f"{name:<20} " + " ".join(f"{r:>17.3f}" for r in results[name].values()))
     gc.enable()
     worst = max((r, f"{t}.{op}") for t, ops in results.items() for op, r in ops.items())
