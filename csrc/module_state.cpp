@@ -10,7 +10,7 @@ ModuleStateStorage g_module_state_storage;
 
 // The mirrors: plain globals so that the per-leaf checks read them with one load.
 namespace registry {
-Memo g_memo;                        // owns nothing; reset whenever the memo table is
+Memo g_memo[kMemoSlots];             // owns nothing; emptied whenever the memo table is dropped
 PyObject* g_jax_registry = nullptr;  // borrowed: ModState().registry.jax_registry
 }  // namespace registry
 PyTypeObject* g_PyTreeDef_Type = nullptr;  // borrowed: ModState().treedef.type (permanent)
@@ -63,7 +63,7 @@ void ModuleState::Clear() {
     auto memo = std::move(registry.memo);
     registry.memo.clear();
     registry.memo_by_weakref.clear();
-    registry::g_memo = registry::Memo{};
+    registry::ClearMemoSlots();
     registry.memo_jax_size = -1;
     Ref on_type_death = std::move(registry.on_type_death);
     Ref jax_registry = registry.SetJaxRegistry(Ref());

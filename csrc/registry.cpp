@@ -32,7 +32,7 @@ void DropMemo() {
     auto old = std::move(s.memo);
     s.memo.clear();
     s.memo_by_weakref.clear();
-    g_memo = Memo{};
+    ClearMemoSlots();
 }
 
 // Weakref callback: a memoised type died; forget it (and the one-entry memo if it was there).
@@ -42,7 +42,7 @@ PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
     if (found != s.memo_by_weakref.end()) {
         PyTypeObject* dead = found->second;
         s.memo_by_weakref.erase(found);
-        if (g_memo.type == dead) g_memo = Memo{};
+        if (MemoSlot(dead).type == dead) MemoSlot(dead) = Memo{};
         // The entry's reference to `weakref` is released after the entry is gone.
         Ref entry_ref;
         auto entry = s.memo.find(dead);
@@ -191,7 +191,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         Ref weakref = WatchType(t);
         if (!weakref) {
             // Not weakly referenceable: answer without memoising (rare; e.g. exotic metaclasses).
-            g_memo = Memo{};
+            MemoSlot(t) = Memo{};  // (a previous type of the same address may be there)
             return reg;
         }
         // The Python code above may have memoised `t` itself (re-entrant classification): the
@@ -207,9 +207,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
             pos->second.weakref = std::move(weakref);
         }
     }
-    g_memo.type = t;
-    g_memo.reg = reg;
-    g_memo.jax_size = jax_size;
+    MemoSlot(t) = Memo{t, reg, jax_size};
     return reg;
 }
 

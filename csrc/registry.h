@@ -74,13 +74,27 @@ extern const Registration kTupleSubclass;
 // (getattr can run Python code).
 const Registration* ClassifyTupleSubclass(PyObject* obj);
 
-// One-entry memo in front of the per-type table: trees are runs of the same leaf type.
+// A small direct-mapped memo in front of the per-type table, one slot per type hash. Trees mix
+// few types (arrays under dicts, a handful of module classes over arrays); with a one-entry
+// memo, every change of type went to the hash table (a tree of custom nodes over arrays: at
+// every node and every leaf after one, 5% of its tree_map).
 struct Memo {
     PyTypeObject* type = nullptr;
     const Registration* reg = nullptr;
     Py_ssize_t jax_size = -1;  // size of JAX's registry when memoised
 };
-extern Memo g_memo;
+inline constexpr size_t kMemoSlots = 16;
+extern Memo g_memo[kMemoSlots];
+inline Memo& MemoSlot(PyTypeObject* t) {
+    // Fibonacci hashing: type objects are allocated with a common stride, so their low address
+    // bits alone would crowd a few slots.
+    return g_memo[(reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 60];
+}
+static_assert(kMemoSlots == 16, "MemoSlot keeps the top 4 bits of the hash");
+// Empties every slot (whenever the per-type table is dropped).
+inline void ClearMemoSlots() {
+    for (Memo& slot : g_memo) slot = Memo{};
+}
 extern PyObject* g_jax_registry;  // borrowed from the bridge's owned copy: JAX's `_registry` dict
 
 inline Py_ssize_t JaxRegistrySize() {
@@ -97,8 +111,9 @@ const Registration* ClassifySlow(PyTypeObject* type);
     if (t == &PyList_Type) return &kList;
     if (t == &PyDict_Type) return &kDict;
     if (obj == Py_None) return &kNone;
-    if (t != g_memo.type || g_memo.jax_size != JaxRegistrySize()) return nullptr;
-    return g_memo.reg == &kTupleSubclass ? nullptr : g_memo.reg;
+    const Memo& memo = MemoSlot(t);
+    if (t != memo.type || memo.jax_size != JaxRegistrySize()) return nullptr;
+    return memo.reg == &kTupleSubclass ? nullptr : memo.reg;
 }
 
 // The registration that applies to `obj`. Never fails, never returns null. Forced inline: it
