@@ -117,7 +117,9 @@ def registered_model(tu: Any, how: str, leaf: Callable[[tuple[int, ...]], Any]) 
 
     # The same leaf objects for both builds' trees: leaf_at memoises them by position.
     def leaf_at(i: int) -> Any:
-        return _LEAVES.setdefault(i, leaf((2,)))
+        if i not in _LEAVES:
+            _LEAVES[i] = leaf((2,))
+        return _LEAVES[i]
 
     blocks = [
         Block(attention=linear(3 * b + 1), mlp=linear(3 * b + 2),
