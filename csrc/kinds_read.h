@@ -55,7 +55,9 @@ inline bool ReserveDictKeys(const fastree::Items& items) {
 }
 
 // Visits gathered (key, value) items in order, consuming them. `items` itself is not touched by
-// the visits (it is the caller's frame's), so its storage is read once.
+// the visits (it is the caller's frame's), so its storage is read once. The pairs are handled
+// raw, per item of every dict: `items` owns them, each is nulled as it is handed on or released,
+// and on failure ReleaseItems drops the rest.
 template <class Walk>
 bool Values(Walk& w, fastree::Items& items) {
     Item* const data = items.begin();

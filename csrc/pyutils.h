@@ -247,28 +247,45 @@ inline std::string Str(PyObject* obj) {
     return out;
 }
 
+// The exception being raised, set aside while other code runs (a retry that may raise its own)
+// and made current again by Restore(); released with this holder if never restored.
+// (PyErr_GetRaisedException is 3.12+; Fetch/Restore works on every supported Python.)
+class SavedError {
+ public:
+    SavedError() {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        type_ = Ref(type);
+        value_ = Ref(value);
+        tb_ = Ref(tb);
+    }
+    SavedError(const SavedError&) = delete;
+    SavedError& operator=(const SavedError&) = delete;
+    // Sets the saved exception as the current one, replacing whatever is set now.
+    void Restore() { PyErr_Restore(type_.release(), value_.release(), tb_.release()); }
+
+ private:
+    Ref type_, value_, tb_;
+};
+
 // Raise `type(message)` with the currently set exception as its __cause__ (like
 // `raise type(message) from exc` in Python). JAX does this for dict-key sorting failures.
 inline void RaiseFromCurrent(PyObject* type, const char* message) {
-    // PyErr_GetRaisedException is 3.12+; Fetch/Normalize works on every supported Python.
     PyObject *ctype, *cvalue, *ctb;
     PyErr_Fetch(&ctype, &cvalue, &ctb);
     PyErr_NormalizeException(&ctype, &cvalue, &ctb);
-    if (cvalue != nullptr && ctb != nullptr) PyException_SetTraceback(cvalue, ctb);
-    Py_XDECREF(ctype);
-    Py_XDECREF(ctb);
+    Ref cause_type(ctype), cause(cvalue), cause_tb(ctb);
+    if (cause && cause_tb) PyException_SetTraceback(cause.get(), cause_tb.get());
     PyErr_SetString(type, message);
     PyObject *etype, *evalue, *etb;
     PyErr_Fetch(&etype, &evalue, &etb);
     PyErr_NormalizeException(&etype, &evalue, &etb);
-    if (cvalue != nullptr) {
-        Py_INCREF(cvalue);
-        PyException_SetCause(evalue, cvalue);    // steals one reference
-        PyException_SetContext(evalue, cvalue);  // steals the other
+    if (cause) {
+        PyException_SetCause(evalue, Py_NewRef(cause.get()));  // steals a reference
+        PyException_SetContext(evalue, cause.release());       // steals ours
     }
     PyErr_Restore(etype, evalue, etb);
 }
-
 
 // Argument parsing for the METH_FASTCALL | METH_KEYWORDS entry points. PyArg_ParseTupleAndKeywords
 // would need a tuple and dict per call; this walks the vectorcall arrays directly.
@@ -365,22 +382,20 @@ struct Guarded<F> {
 template <auto F>
 constexpr auto Guard = &Guarded<F>::Call;
 
-// Transfer a vector of owned references into a new list (no INCREF: ownership moves).
 // A new tuple of getattr(obj, name) for each name in the tuple `names`; null with an error set.
 inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {
     const Py_ssize_t n = PyTuple_GET_SIZE(names);
-    PyObject* out = PyTuple_New(n);
-    for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
+    Ref out(PyTuple_New(n));
+    if (!out) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
-        if (value == nullptr) {
-            Py_CLEAR(out);
-        } else {
-            PyTuple_SET_ITEM(out, i, value);
-        }
+        if (value == nullptr) return nullptr;
+        PyTuple_SET_ITEM(out.get(), i, value);  // steals
     }
-    return out;
+    return out.release();
 }
 
+// Transfer a vector of owned references into a new list (no INCREF: ownership moves).
 template <class Vec>
 inline PyObject* StealIntoList(Vec& items) {
     PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
