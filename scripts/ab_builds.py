@@ -7,8 +7,13 @@ package (Python files plus its compiled ``_core``), as A under the name ``fastre
 package imports itself only relatively, and each copy of ``_core`` is its own shared object with
 its own globals, so the two coexist.
 
-Each (tree, op) is timed interleaved (A, B, A, B, ...; min over repeats), and the ratio B / A is
-reported; below 1 means B is faster. The suite's trees with registered custom nodes are left out:
+Each (tree, op) is timed interleaved, the build timed first alternating per repeat (A B, B A,
+A B, ...: whichever runs second finds the caches warmed by the other), min over repeats, and the
+ratio B / A is reported; below 1 means B is faster.
+
+``--aa`` times the current build against a copy of itself: the ratios it reports are the
+method's own noise on this machine (code and data placement, the tree objects each build gets),
+the resolution any A/B claim has to be read against. The suite's trees with registered custom nodes are left out:
 a type can be registered with JAX only once, so one build would see them through JAX's registry
 and the other through its own, which times different code. Their kinds are covered by the
 ``custom-*`` trees below instead: each build registers its own freshly made classes (same code,
@@ -20,7 +25,8 @@ To make a base build of an old commit::
     unzip -q /tmp/base-wheel/fastree-*.whl -d /tmp/base-site
     python scripts/ab_builds.py /tmp/base-site/fastree
 
-Usage: ``python scripts/ab_builds.py BASE_PACKAGE_DIR [--trees t1,t2] [--repeats N] [--json F]``
+Usage: ``python scripts/ab_builds.py (BASE_PACKAGE_DIR | --aa) [--trees t1,t2] [--repeats N]
+[--json F]``
 """
 
 from __future__ import annotations
@@ -68,10 +74,19 @@ PER_BUILD_TREES = {"custom-callbacks": "callbacks", "custom-dataclass": "datacla
 TARGET_NS = 20_000_000  # per repeat and build
 
 
-def load_base(package_dir: Path) -> Any:
-    """Imports the build in ``package_dir`` as ``fastree_base`` (copied to a temporary dir)."""
+def load_base(package_dir: Path, core_file: Path | None = None) -> Any:
+    """Imports the build in ``package_dir`` as ``fastree_base`` (copied to a temporary dir).
+
+    ``core_file``: the compiled ``_core`` to use, where the package directory has none (an
+    editable install keeps it in the build directory).
+    """
     tmp = Path(tempfile.mkdtemp(prefix="fastree-ab-"))
     shutil.copytree(package_dir, tmp / "fastree_base")
+    if core_file is not None:
+        for stale in (tmp / "fastree_base").glob("_core.*"):
+            if stale.suffix != ".pyi":
+                stale.unlink()
+        shutil.copy(core_file, tmp / "fastree_base" / core_file.name)
     sys.path.insert(0, str(tmp))
     return importlib.import_module("fastree_base.tree_util")
 
@@ -160,9 +175,13 @@ def ab(tree: Any, base: Any, new: Any, repeats: int, tree_b: Any = None) -> dict
         fb, args_b = b_ops[op]
         loops = calibrate(fa, args_a, TARGET_NS)
         best_a = best_b = None
-        for _ in range(repeats):
-            ta = time_loop(fa, args_a, loops)
-            tb = time_loop(fb, args_b, loops)
+        for repeat in range(repeats):
+            if repeat % 2 == 0:
+                ta = time_loop(fa, args_a, loops)
+                tb = time_loop(fb, args_b, loops)
+            else:
+                tb = time_loop(fb, args_b, loops)
+                ta = time_loop(fa, args_a, loops)
             best_a = ta if best_a is None else min(best_a, ta)
             best_b = tb if best_b is None else min(best_b, tb)
         ratios[op] = best_b / best_a
@@ -171,14 +190,25 @@ def ab(tree: Any, base: Any, new: Any, repeats: int, tree_b: Any = None) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("base", type=Path, help="directory of the base build's fastree package")
+    parser.add_argument(
+        "base", type=Path, nargs="?", help="directory of the base build's fastree package"
+    )
+    parser.add_argument(
+        "--aa", action="store_true", help="A is a copy of the current build (the noise floor)"
+    )
     parser.add_argument("--trees", default=",".join(DEFAULT_TREES))
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", type=Path, help="also write the ratios here")
     args = parser.parse_args(argv)
+    if (args.base is None) == (not args.aa):
+        parser.error("give either a base build's package directory or --aa")
 
-    base = load_base(args.base)
     new = importlib.import_module("fastree.tree_util")
+    if args.aa:
+        core = Path(importlib.import_module("fastree._core").__file__)
+        base = load_base(Path(new.__file__).parent, core)
+    else:
+        base = load_base(args.base)
     recipes = {r.name: r for r in bench_trees.RECIPES}
     leaf = leaf_factory("numpy", "cpu")
     wanted = [name for name in args.trees.split(",") if name]
