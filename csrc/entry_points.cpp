@@ -59,21 +59,14 @@ PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool wit
         DecrefAll(out);
         return WrapTreeDef(std::move(def));
     }
-    PyObject* list = ListFrom(out);
-    if (list == nullptr || want == Want::kLeaves) return list;
-    PyObject* td = WrapTreeDef(std::move(def));
-    if (td == nullptr) {
-        Py_DECREF(list);
-        return nullptr;
-    }
+    Ref list(ListFrom(out));
+    if (!list || want == Want::kLeaves) return list.release();
+    Ref td(WrapTreeDef(std::move(def)));
+    if (!td) return nullptr;
     PyObject* pair = PyTuple_New(2);
-    if (pair == nullptr) {
-        Py_DECREF(list);
-        Py_DECREF(td);
-        return nullptr;
-    }
-    PyTuple_SET_ITEM(pair, 0, list);  // steals
-    PyTuple_SET_ITEM(pair, 1, td);
+    if (pair == nullptr) return nullptr;
+    PyTuple_SET_ITEM(pair, 0, list.release());  // steals
+    PyTuple_SET_ITEM(pair, 1, td.release());
     return pair;
 }
 
@@ -125,12 +118,10 @@ PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
     if (!IsTreeDef(a[0])) {
         // JAX's tree_unflatten is `treedef.unflatten(leaves)`: a JAX treedef works, and
         // anything else fails the way that method call fails (AttributeError for None, ...).
-        PyObject* method = PyUnicode_InternFromString("unflatten");
-        if (method == nullptr) return nullptr;
+        Ref method(PyUnicode_InternFromString("unflatten"));
+        if (!method) return nullptr;
         PyObject* call[2] = {a[0], a[1]};
-        PyObject* out = PyObject_VectorcallMethod(method, call, 2, nullptr);
-        Py_DECREF(method);
-        return out;
+        return PyObject_VectorcallMethod(method.get(), call, 2, nullptr);
     }
     return UnflattenIterable(DefOf(a[0]), a[1]);
 }
@@ -156,17 +147,11 @@ PyObject* TreeMapWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, Py
 }
 
 PyObject* AllLeaves(PyObject*, PyObject* iterable) {
-    PyObject* it = PyObject_GetIter(iterable);
-    if (it == nullptr) return nullptr;
-    while (PyObject* item = PyIter_Next(it)) {
-        const bool leaf = registry::Classify(item)->IsLeaf();
-        Py_DECREF(item);
-        if (!leaf) {
-            Py_DECREF(it);
-            Py_RETURN_FALSE;
-        }
+    Ref it(PyObject_GetIter(iterable));
+    if (!it) return nullptr;
+    while (Ref item{PyIter_Next(it.get())}) {
+        if (!registry::Classify(item.get())->IsLeaf()) Py_RETURN_FALSE;
     }
-    Py_DECREF(it);
     if (PyErr_Occurred()) return nullptr;
     Py_RETURN_TRUE;
 }

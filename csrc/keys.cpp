@@ -166,10 +166,13 @@ bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
         PyErr_SetString(PyExc_SystemError, "fastree: a key maker returned a malformed block");
         return false;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
-        if (!Remember(kind, PyList_GET_ITEM(names, i), PyList_GET_ITEM(made.get(), i))) {
-            return false;
-        }
+    // Remember can run Python code (allocating the overflow table once the cache is full,
+    // releasing an entry it replaces), and both lists have been in the maker's hands (it may keep
+    // them): each pair is held across the call, and both sizes are read again per step.
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names) && i < PyList_GET_SIZE(made.get()); ++i) {
+        Ref name = Ref::FromBorrowed(PyList_GET_ITEM(names, i));
+        Ref entry = Ref::FromBorrowed(PyList_GET_ITEM(made.get(), i));
+        if (!Remember(kind, name.get(), entry.get())) return false;
     }
     return true;
 }

@@ -65,6 +65,8 @@ bool DataTupleOf(PyObject* data, Py_ssize_t n) {
 
 }  // namespace
 
+// The children arrays are raw owned references (a walker's value stack, the hot per-node path):
+// this is their release wherever a Build does not consume them.
 void DropChildren(PyObject** children, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(children[i]);
 }

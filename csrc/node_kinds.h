@@ -215,7 +215,9 @@ struct DictKind : KindBase {
         return BuildDict(parts.keys, children, parts.arity);
     }
     // Builds a plain dict from `n` sorted keys and `n` owned children (consumed), inserted in
-    // sorted-key order as JAX does: the rebuilt dict iterates sorted.
+    // sorted-key order as JAX does: the rebuilt dict iterates sorted. Raw references, released
+    // by hand: this is inlined into unflatten's per-node loop. Each child is released once the
+    // dict holds it, the rest (and `dict`) on the one failing path.
     [[gnu::always_inline]] static PyObject* BuildDict(PyObject* const* keys, PyObject** children,
                                                       Py_ssize_t n) {
         PyObject* dict = _PyDict_NewPresized(n);

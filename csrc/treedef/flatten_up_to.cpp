@@ -35,15 +35,13 @@ bool Fail(PyObject* type, const std::string& message) {
 
 // str(list(keys)) for the dict-key mismatch message.
 std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
-    PyObject* list = PyList_New(n);
-    if (list == nullptr) {
+    Ref list(PyList_New(n));
+    if (!list) {
         PyErr_Clear();
         return "[...]";
     }
-    for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, Py_NewRef(keys[i]));
-    std::string s = Repr(list);
-    Py_DECREF(list);
-    return s;
+    for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list.get(), i, Py_NewRef(keys[i]));
+    return Repr(list.get());
 }
 
 // "Custom dataclass" -> "custom dataclass".
@@ -223,9 +221,8 @@ class PrefixWalker {
                 return true;
             }
             while (dest.size() > begin) {  // each value leaves `dest` before it is released
-                PyObject* value = dest.back();
+                Ref value(dest.back());
                 dest.pop_back();
-                Py_DECREF(value);
             }
             if (PyErr_Occurred()) return false;
         }
@@ -386,7 +383,9 @@ class PrefixWalker {
     bool RecordIdentity(Py_ssize_t index, PyObject* obj) {
         auto [it, inserted] = identity_.try_emplace(obj, index);
         if (inserted) {
-            Py_INCREF(obj);  // keep the address from being reused during this walk
+            // Owned by identity_ (released by ~PrefixWalker): keeps the address from being
+            // reused during this walk.
+            Py_INCREF(obj);
             if (def_.nodes[index].shared_target) target_objects_[index] = obj;
             return true;
         }

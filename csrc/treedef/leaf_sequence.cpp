@@ -86,7 +86,8 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
         if (reg == nullptr || !reg->IsLeaf()) return nullptr;
     }
     // Every item is a leaf: take them all (f may change a list `tree`), then map them in place.
-    // The new container is ours alone until it is returned.
+    // The new container is ours alone until it is returned; its slots are written raw, per
+    // leaf, and `out` owns what they hold.
     PyObject** target = kind == kTupleKind
                             ? &PyTuple_GET_ITEM(out.get(), 0)
                             : reinterpret_cast<PyListObject*>(out.get())->ob_item;
@@ -115,6 +116,7 @@ PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
     // the general path, which raises JAX's leaf-count error for it.
     if (!out || Py_SIZE(leaves) != n) return nullptr;
     PyObject* const* items = SequenceItems(leaves, &leaves_kind);
+    // Raw references, one per leaf, written straight into `out`'s slots: `out` owns them.
     PyObject** target = root.kind == kTupleKind
                             ? &PyTuple_GET_ITEM(out.get(), 0)
                             : reinterpret_cast<PyListObject*>(out.get())->ob_item;

@@ -57,15 +57,15 @@ class SinglePassMapper {
     }
 
     PyObject* Run() {
-        PyObject* out = Visit(root_);
-        if (out == nullptr) return nullptr;  // a flatten error: it wins over f's, if any
+        Ref out(Visit(root_));
+        if (!out) return nullptr;  // a flatten error: it wins over f's, if any
         if (f_error_type_ != nullptr) {
-            Py_DECREF(out);  // placeholders only
+            out = Ref();  // placeholders only; released before f's error is set again
             PyErr_Restore(f_error_type_, f_error_value_, f_error_tb_);
             f_error_type_ = f_error_value_ = f_error_tb_ = nullptr;
             return nullptr;
         }
-        return out;
+        return out.release();
     }
 
  private:
@@ -106,11 +106,9 @@ class SinglePassMapper {
 
     // A namedtuple is a tuple: mapped as one, then rebuilt as type(*items), as unflatten does.
     PyObject* MapNamedTuple(PyObject* obj) {
-        PyObject* items = MapSequence(obj, /*is_list=*/false);
-        if (items == nullptr || failed()) return items;
-        PyObject* out = PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items, nullptr);
-        Py_DECREF(items);
-        return out;
+        Ref items(MapSequence(obj, /*is_list=*/false));
+        if (!items || failed()) return items.release();
+        return PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items.get(), nullptr);
     }
 
     // Lists and tuples. The output container is made first and filled with new references to
@@ -155,7 +153,9 @@ class SinglePassMapper {
             ReleaseItems(items, 0);
             return Stopped();
         }
-        // Insertion in sorted-key order, as JAX's unflatten does.
+        // Insertion in sorted-key order, as JAX's unflatten does. `out` is raw, released by hand
+        // on the one failing path: this runs for every dict of the tree, and a Ref live across
+        // the insertions added unwinding code to the per-node visit (nothing here throws).
         PyObject* out = _PyDict_NewPresized(static_cast<Py_ssize_t>(n));
         for (size_t i = 0; out != nullptr && i < n; ++i) {
             if (PyDict_SetItem(out, items[i].key, items[i].value) < 0) Py_CLEAR(out);
@@ -247,17 +247,15 @@ class SinglePassMapper {
     // Drops what a failed read left on the stacks above `mark`.
     void Unwind(Mark mark) {
         while (outputs_.size() > mark.outputs) {  // each leaves the stack before its release
-            PyObject* out = outputs_.back();
+            Ref out(outputs_.back());
             outputs_.pop_back();
-            Py_DECREF(out);
         }
         ReleaseKeys(mark.keys);
     }
     void ReleaseKeys(size_t from) {
-        while (keys_.size() > from) {
-            PyObject* key = keys_.back();
+        while (keys_.size() > from) {  // each leaves the stack before its release
+            Ref key(keys_.back());
             keys_.pop_back();
-            Py_DECREF(key);
         }
     }
 
@@ -310,6 +308,8 @@ class SinglePassMapper {
     PyObject* f_;     // borrowed
     PyObject* root_;  // borrowed: the tree being mapped
     // f's exception, held while the walk looks for a flatten error that would win over it.
+    // Owned (as PyErr_Fetch hands them over): Run gives them back to PyErr_Restore, else the
+    // destructor releases them.
     PyObject* f_error_type_ = nullptr;
     PyObject* f_error_value_ = nullptr;
     PyObject* f_error_tb_ = nullptr;

@@ -24,14 +24,14 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
     const Node& node = def.nodes[static_cast<size_t>(index)];
     Ref kind(KindName(node.kind));
     if (!kind) return nullptr;
-    Ref type(Py_NewRef(Py_None));
-    Ref data(Py_NewRef(Py_None));
+    Ref type = Ref::FromBorrowed(Py_None);
+    Ref data = Ref::FromBorrowed(Py_None);
     const NodeParts parts = PartsOf(def, node);
     if (!node.IsLeaf() && !node.IsSharedRef()) {
         Ref nd(kinds::NodeData(parts));
         if (!nd) return nullptr;
-        type = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 0)));
-        data = Ref(Py_NewRef(PyTuple_GET_ITEM(nd.get(), 1)));
+        type = Ref::FromBorrowed(PyTuple_GET_ITEM(nd.get(), 0));
+        data = Ref::FromBorrowed(PyTuple_GET_ITEM(nd.get(), 1));
     }
     Ref keys(PyTuple_New(node.arity));
     if (!keys) return nullptr;

@@ -67,7 +67,7 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
             PyObject* jax_fn =
                 with_keys ? registry::JaxFlattenWithKeys() : registry::JaxFlattenOneLevel();
             if (jax_fn != nullptr) {
-                Ref held(Py_NewRef(jax_fn));
+                Ref held = Ref::FromBorrowed(jax_fn);
                 return PyObject_CallOneArg(held.get(), tree);
             }
         }
@@ -95,7 +95,7 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
         // JAX gives the built-in kinds' (key, child) pairs as a tuple, the others' as a list.
         first = Ref(PairsFromPaths(paths, kinds::IsBuiltin(def.nodes.back().kind)));
     } else if (shape == OneLevelShape::kSelf) {
-        first = Ref(Py_NewRef(tree));
+        first = Ref::FromBorrowed(tree);
     } else if (shape == OneLevelShape::kTuple) {
         Ref list(StealIntoList(children));
         first = list ? Ref(PyList_AsTuple(list.get())) : Ref();

@@ -41,12 +41,11 @@ PyObject* State(const TreeDef& def) {
 PyObject* Reduce(const TreeDef& def) {
     Ref state(State(def));
     if (!state) return nullptr;
-    PyObject* module = PyImport_ImportModule("fastree._core");
-    if (module == nullptr) return nullptr;
-    PyObject* ctor = PyObject_GetAttrString(module, "_treedef_from_state");
-    Py_DECREF(module);
-    if (ctor == nullptr) return nullptr;
-    return Py_BuildValue("(N(O))", ctor, state.get());
+    Ref module(PyImport_ImportModule("fastree._core"));
+    if (!module) return nullptr;
+    Ref ctor(PyObject_GetAttrString(module.get(), "_treedef_from_state"));
+    if (!ctor) return nullptr;
+    return Py_BuildValue("(O(O))", ctor.get(), state.get());
 }
 
 PyObject* FromState(PyObject* state) {

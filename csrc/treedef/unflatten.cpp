@@ -41,7 +41,7 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
         // and the list must end where the treedef does: a list that shrank gives "Too few
         // leaves", one that grew "Too many leaves", never a tree built from a shifted list.
         // The list itself is held so that it outlives any such callback.
-        Ref held(Py_NewRef(leaves));
+        Ref held = Ref::FromBorrowed(leaves);
         const Py_ssize_t expected = def.num_leaves();
         Ref out(UnflattenWith(def, [leaves, expected](Py_ssize_t i) -> PyObject* {
             if (i + kPrefetchDistance < PyList_GET_SIZE(leaves)) {
@@ -62,11 +62,9 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
         }
         return out.release();
     }
-    PyObject* seq = PySequence_Tuple(leaves);
-    if (seq == nullptr) return nullptr;
-    PyObject* out = Unflatten(def, &PyTuple_GET_ITEM(seq, 0), PyTuple_GET_SIZE(seq));
-    Py_DECREF(seq);
-    return out;
+    Ref seq(PySequence_Tuple(leaves));
+    if (!seq) return nullptr;
+    return Unflatten(def, &PyTuple_GET_ITEM(seq.get(), 0), PyTuple_GET_SIZE(seq.get()));
 }
 
 }  // namespace fastree
