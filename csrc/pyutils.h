@@ -247,20 +247,24 @@ inline std::string Str(PyObject* obj) {
     return out;
 }
 
-// The exception being raised, set aside while other code runs (a retry that may raise its own)
-// and made current again by Restore(); released with this holder if never restored.
-// (PyErr_GetRaisedException is 3.12+; Fetch/Restore works on every supported Python.)
+// An exception set aside while other code runs (a retry that may raise its own, a walk that goes
+// on looking for an error that would win) and made current again by Restore(); released with
+// this holder if never restored. (PyErr_GetRaisedException is 3.12+; Fetch/Restore works on
+// every supported Python.)
 class SavedError {
  public:
-    SavedError() {
+    SavedError() = default;
+    SavedError(const SavedError&) = delete;
+    SavedError& operator=(const SavedError&) = delete;
+    // Takes the current exception, clearing it (with none set, the holder is left empty).
+    void Save() {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         type_ = Ref(type);
         value_ = Ref(value);
         tb_ = Ref(tb);
     }
-    SavedError(const SavedError&) = delete;
-    SavedError& operator=(const SavedError&) = delete;
+    bool empty() const { return !type_; }
     // Sets the saved exception as the current one, replacing whatever is set now.
     void Restore() { PyErr_Restore(type_.release(), value_.release(), tb_.release()); }
 

@@ -351,6 +351,7 @@ bool FlattenInto(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, Tre
     }
     if (!ok && cycle) {
         SavedError first;  // kept if the walk with key paths unexpectedly succeeds
+        first.Save();
         RefVector scratch_leaves, scratch_paths;
         bool again = Run<false, true>(tree, is_leaf, is_leaf_takes_path, nullptr, &scratch_leaves,
                                       &scratch_paths, &cycle);

@@ -46,9 +46,6 @@ class SinglePassMapper {
     SinglePassMapper(PyObject* f, PyObject* root) : f_(f), root_(root) {}
 
     ~SinglePassMapper() {
-        Py_XDECREF(f_error_type_);
-        Py_XDECREF(f_error_value_);
-        Py_XDECREF(f_error_tb_);
         // The identity map owns each object it holds and the output built for it.
         if (identity_) {
             identity_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
@@ -59,10 +56,9 @@ class SinglePassMapper {
     PyObject* Run() {
         Ref out(Visit(root_));
         if (!out) return nullptr;  // a flatten error: it wins over f's, if any
-        if (f_error_type_ != nullptr) {
+        if (failed()) {
             out = Ref();  // placeholders only; released before f's error is set again
-            PyErr_Restore(f_error_type_, f_error_value_, f_error_tb_);
-            f_error_type_ = f_error_value_ = f_error_tb_ = nullptr;
+            f_error_.Restore();
             return nullptr;
         }
         return out.release();
@@ -77,7 +73,7 @@ class SinglePassMapper {
         return VisitNode(obj, reg);
     }
 
-    bool failed() const { return f_error_type_ != nullptr; }
+    bool failed() const { return !f_error_.empty(); }
 
     // What a node returns instead of being built: null for a flatten error (set), else, f having
     // failed, a placeholder.
@@ -89,8 +85,10 @@ class SinglePassMapper {
         PyObject* args[2] = {nullptr, leaf};
         PyObject* r = PyObject_Vectorcall(f_, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
         if (r != nullptr) return r;
-        PyErr_Fetch(&f_error_type_, &f_error_value_, &f_error_tb_);
-        if (f_error_type_ == nullptr) f_error_type_ = Py_NewRef(PyExc_SystemError);  // defensive
+        if (!PyErr_Occurred()) {  // f broke the C-API contract; failed() must hold from here
+            PyErr_SetString(PyExc_SystemError, "tree_map: f returned NULL without an exception");
+        }
+        f_error_.Save();
         return Py_NewRef(Py_None);
     }
 
@@ -307,12 +305,9 @@ class SinglePassMapper {
 
     PyObject* f_;     // borrowed
     PyObject* root_;  // borrowed: the tree being mapped
-    // f's exception, held while the walk looks for a flatten error that would win over it.
-    // Owned (as PyErr_Fetch hands them over): Run gives them back to PyErr_Restore, else the
-    // destructor releases them.
-    PyObject* f_error_type_ = nullptr;
-    PyObject* f_error_value_ = nullptr;
-    PyObject* f_error_tb_ = nullptr;
+    // f's exception, held while the walk looks for a flatten error that would win over it; Run
+    // makes it current again.
+    SavedError f_error_;
     // Identity-preserving objects met so far -> index in identity_outputs_ (kInProgress while
     // their subtree is mapped). Allocated on first use only.
     std::unique_ptr<PointerMap> identity_;
