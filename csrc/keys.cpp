@@ -38,6 +38,19 @@ PyObject* NotInstalled() {
     return nullptr;
 }
 
+// The class `kind` makes entries of, held across a maker call: should the key classes be
+// re-installed while the maker runs (Python code), what it made is of the replaced class and
+// must not enter the new class's caches. Held, so the comparison cannot be fooled by a new class
+// at the old one's address.
+class MadeFor {
+ public:
+    explicit MadeFor(const Ref& cls) : cls_(Ref::FromBorrowed(cls.get())) {}
+    bool Current(const Ref& cls) const { return cls.get() == cls_.get(); }
+
+ private:
+    Ref cls_;
+};
+
 // A list of the keys for indices 0..n-1, made by the block maker (or, without one, the class).
 PyObject* MakeBlock(const IndexKeys& kind, Py_ssize_t n) {
     if (!kind.cls) return NotInstalled();
@@ -91,9 +104,11 @@ PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
     Py_ssize_t end = std::max(index + 1, 2 * (offset + static_cast<Py_ssize_t>(slots.size())));
     end = std::max(end, kMinBlock);
     if (index < kIndexCacheSize) end = std::min(end, kIndexCacheSize);
+    const MadeFor made_for(kind.cls);
     Ref block(MakeBlock(kind, end));
     if (!block) return nullptr;
     PyObject* key = PyList_GET_ITEM(block.get(), index);
+    if (!made_for.Current(kind.cls)) return Py_NewRef(key);  // of a replaced class: not kept
     if (index >= kIndexCacheSize && S().walk_depth == 0) return Py_NewRef(key);  // nothing holds it
     Store(index < kIndexCacheSize ? kind.cache : kind.overflow, offset, block.get(), offset, end);
     return Py_NewRef(key);
@@ -108,9 +123,12 @@ bool Reserve(IndexKeys& kind, Py_ssize_t n) {
         kind.overflow.back() != nullptr) {
         return true;
     }
+    const MadeFor made_for(kind.cls);
     Ref block(MakeBlock(kind, n));
     if (!block) return false;
-    Store(kind.overflow, kIndexCacheSize, block.get(), kIndexCacheSize, n);
+    if (made_for.Current(kind.cls)) {
+        Store(kind.overflow, kIndexCacheSize, block.get(), kIndexCacheSize, n);
+    }
     return true;
 }
 
@@ -134,8 +152,9 @@ PyObject* ByName(NamedKeys& kind, PyObject* name) {
     }
     // The maker (or class) may be replaced while it runs: held for the call.
     Ref make = Ref::FromBorrowed(kind.maker ? kind.maker.get() : kind.cls.get());
+    const MadeFor made_for(kind.cls);
     Ref made(PyObject_CallOneArg(make.get(), name));
-    if (!made || !cacheable) return made.release();
+    if (!made || !cacheable || !made_for.Current(kind.cls)) return made.release();
     if (!Remember(kind, name, made.get())) return nullptr;
     return made.release();
 }
@@ -159,6 +178,7 @@ bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry) {
 // none of them known yet) and remembers them.
 bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
     Ref block = Ref::FromBorrowed(kind.block.get());  // may be replaced while it runs
+    const MadeFor made_for(kind.cls);
     Ref made(PyObject_CallOneArg(block.get(), names));
     if (!made) return false;
     if (!PyList_CheckExact(made.get()) ||
@@ -168,8 +188,11 @@ bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
     }
     // Remember can run Python code (allocating the overflow table once the cache is full,
     // releasing an entry it replaces), and both lists have been in the maker's hands (it may keep
-    // them): each pair is held across the call, and both sizes are read again per step.
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names) && i < PyList_GET_SIZE(made.get()); ++i) {
+    // them): each pair is held across the call, and both sizes and the class are read again per
+    // step (entries of a replaced class are not kept).
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names) && i < PyList_GET_SIZE(made.get()) &&
+                           made_for.Current(kind.cls);
+         ++i) {
         Ref name = Ref::FromBorrowed(PyList_GET_ITEM(names, i));
         Ref entry = Ref::FromBorrowed(PyList_GET_ITEM(made.get(), i));
         if (!Remember(kind, name.get(), entry.get())) return false;

@@ -382,6 +382,68 @@ def test_jax_registry_replaced_while_its_entries_finalize():
     assert out["leaves"] == "3"
 
 
+KEY_CLASS_REINSTALLED = """
+import fastree.tree_util as tu
+from fastree import _core, _key_makers
+import fastree._jax_bridge as jb
+
+class Other:  # stands in for a re-installed key class (called as the class, without a maker)
+    def __init__(self, key):
+        self.key = key
+
+def install_bridge(**classes):
+    args = dict(DictKey=jb._jtu.DictKey, SequenceKey=jb._jtu.SequenceKey,
+                GetAttrKey=jb._jtu.GetAttrKey, FlattenedIndexKey=jb._jtu.FlattenedIndexKey)
+    args.update(classes)
+    _core.install_jax_bridge(
+        jax_registry=jb._jax_internal._registry,
+        flatten_one_level=jb._jtu.default_registry.flatten_one_level,
+        flatten_one_level_with_keys=jb._jtu.default_registry.flatten_one_level_with_keys,
+        to_jax=jb.to_jax, map_error=jb._map_errors.explain, **args)
+
+makers = dict(sequence_block=_key_makers.sequence_block,
+              flattened_index_block=_key_makers.flattened_index_block,
+              dict_key=_key_makers.dict_key, getattr_key=_key_makers.getattr_key,
+              dict_key_block=_key_makers.dict_key_block)
+KIND, MAKER, CLASS_ARG = {kind!r}, {maker!r}, {class_arg!r}
+TREE = {tree}
+
+FOR_CLASS = {{"SequenceKey": ["sequence_block"], "DictKey": ["dict_key", "dict_key_block"]}}
+
+def evil(arg):
+    # Replaces the key class (and leaves no maker for it), then makes entries of the old one.
+    install_bridge(**{{CLASS_ARG: Other}})
+    _core.set_key_makers(**dict(makers, **dict.fromkeys(FOR_CLASS[CLASS_ARG])))
+    return makers[MAKER](arg)
+
+install_bridge()  # empty caches: the walk below misses
+_core.set_key_makers(**dict(makers, **{{MAKER: evil}}))
+first = tu.tree_flatten_with_path(TREE)[0]
+second = tu.tree_flatten_with_path(TREE)[0]
+print("first=%s" % sorted({{type(p[0]).__name__ for p, _ in first}}))
+print("second=%s" % sorted({{type(p[0]).__name__ for p, _ in second}}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "maker", "class_arg", "tree"),
+    [
+        ("sequence", "sequence_block", "SequenceKey", "[1, 2]"),
+        ("dict, one by one", "dict_key", "DictKey", "{'a': 1}"),
+        ("dict, in a block", "dict_key_block", "DictKey", "{f'k{i}': i for i in range(10)}"),
+    ],
+)
+def test_key_class_reinstalled_while_a_maker_runs_keeps_no_stale_entry(
+    kind, maker, class_arg, tree
+):
+    # A maker that re-installs the key classes made its entries for the class being replaced;
+    # they must not enter the new class's cache (before: the next walk got the old class's keys).
+    out = run_child(
+        KEY_CLASS_REINSTALLED.format(kind=kind, maker=maker, class_arg=class_arg, tree=tree)
+    )
+    assert out["second"] == "['Other']"
+
+
 # ------------------------------------------------------------------------------------------------
 # Hostile pickle states (PyTreeDef.__reduce__ / _treedef_from_state).
 
