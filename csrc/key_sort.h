@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "pyutils.h"
+#include "scratch.h"
 
 namespace fastree {
 
@@ -80,13 +82,37 @@ bool NaturalSortIfOrdered(It first, It last, Less less) {
         // Mostly unordered input: runs of ~2; merging them would lose to one std::sort.
         if (bounds.size() > 64 && static_cast<ptrdiff_t>(bounds.size()) * 8 > i) return false;
     }
-    // Merge neighbouring runs pairwise until one is left: n log2(runs) comparisons.
+    // Merge neighbouring runs pairwise until one is left: n log2(runs) comparisons. Each merge
+    // goes through one pooled buffer (std::inplace_merge allocated its own, per merge).
+    using Record = typename std::iterator_traits<It>::value_type;
+    Scratch<Record> buffer_scratch;
+    auto& buffer = buffer_scratch.get();
+    // The shorter run goes to the buffer, as in libstdc++'s merge: the longer one is merged in
+    // place, from the front or the back.
+    auto merge = [&](It lo, It mid, It hi) {  // [lo, mid) and [mid, hi), each sorted
+        if (mid - lo <= hi - mid) {
+            buffer.assign(lo, mid);
+            auto a = buffer.begin();
+            It b = mid;
+            It out = lo;
+            while (a != buffer.end() && b != hi) *out++ = less(*b, *a) ? *b++ : *a++;
+            std::copy(a, buffer.end(), out);  // what is left of [mid, hi) is in place already
+        } else {
+            buffer.assign(mid, hi);
+            auto b = buffer.end();
+            It a = mid;
+            It out = hi;
+            while (b != buffer.begin() && a != lo) {
+                *--out = less(*(b - 1), *(a - 1)) ? *--a : *--b;
+            }
+            std::copy_backward(buffer.begin(), b, out);  // what is left of [lo, mid) is in place
+        }
+    };
     while (bounds.size() > 2) {
         std::vector<ptrdiff_t> merged{0};
         for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
             if (r + 2 < bounds.size()) {
-                std::inplace_merge(first + bounds[r], first + bounds[r + 1], first + bounds[r + 2],
-                                   less);
+                merge(first + bounds[r], first + bounds[r + 1], first + bounds[r + 2]);
                 merged.push_back(bounds[r + 2]);
             } else {
                 merged.push_back(bounds[r + 1]);

@@ -7,21 +7,19 @@
 
 #include <Python.h>
 
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace fastree {
 
-template <class T>
+template <class T, class Alloc = std::allocator<T>>
 class Scratch {
  public:
-    using Vector = std::vector<T>;
+    using Vector = std::vector<T, Alloc>;
 
-    Scratch() {
-        Pool& pool = GetPool();
-        if (pool.count > 0) items_ = std::move(pool.slots[--pool.count]);
-    }
+    Scratch() : items_(Take()) {}
     ~Scratch() {
         // Callers normally leave the vector empty (ownership of its references moved
         // elsewhere). What is left, after an error or a C++ exception (std::bad_alloc from a
@@ -29,17 +27,27 @@ class Scratch {
         if constexpr (std::is_same_v<T, PyObject*>) {
             for (PyObject* p : items_) Py_XDECREF(p);
         }
-        items_.clear();
-        constexpr size_t kKeepBytes = size_t{8} << 20;  // don't pin huge buffers forever
-        Pool& pool = GetPool();
-        if (pool.count < kPoolSize && items_.capacity() * sizeof(T) <= kKeepBytes) {
-            pool.slots[pool.count++] = std::move(items_);
-        }
+        Give(std::move(items_));
     }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
 
     Vector& get() { return items_; }
+
+    // A spare vector from the pool (empty, its capacity kept), or a new one.
+    static Vector Take() {
+        Pool& pool = GetPool();
+        return pool.count > 0 ? std::move(pool.slots[--pool.count]) : Vector();
+    }
+    // Empties `v` and keeps it for the next Take, unless the pool is full or `v` is huge.
+    static void Give(Vector&& v) {
+        v.clear();
+        constexpr size_t kKeepBytes = size_t{8} << 20;  // don't pin huge buffers forever
+        Pool& pool = GetPool();
+        if (v.capacity() != 0 && pool.count < kPoolSize && v.capacity() * sizeof(T) <= kKeepBytes) {
+            pool.slots[pool.count++] = std::move(v);
+        }
+    }
 
  private:
     // A fixed stack of spare vectors: taking and returning one is a move of three pointers,

@@ -440,7 +440,19 @@ def test_dict_keys_without_a_total_order_follow_jaxs_order():
 
 @pytest.mark.parametrize(
     "order",
-    ["natural", "sorted", "reversed", "nearly", "random", "ints", "latin1", "unicode", "prefixes"],
+    [
+        "natural",
+        "sorted",
+        "reversed",
+        "nearly",
+        "runs",
+        "descending runs",
+        "random",
+        "ints",
+        "latin1",
+        "unicode",
+        "prefixes",
+    ],
 )
 def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
     rng = random.Random(order)
@@ -454,6 +466,16 @@ def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
         for _ in range(30):
             i, j = rng.randrange(3000), rng.randrange(3000)
             keys[i], keys[j] = keys[j], keys[i]
+    elif order in ("runs", "descending runs"):
+        # Sorted (or reversed) runs of very unequal lengths, shuffled: merged run by run, the
+        # shorter of two runs on either side.
+        keys.sort()
+        cuts = sorted(rng.sample(range(1, 3000), 12))
+        runs = [keys[a:b] for a, b in zip([0, *cuts], [*cuts, 3000])]
+        if order == "descending runs":
+            runs = [run[::-1] for run in runs]
+        rng.shuffle(runs)
+        keys = [key for run in runs for key in run]
     elif order == "random":
         rng.shuffle(keys)
     elif order in ("latin1", "unicode"):
