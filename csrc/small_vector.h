@@ -43,8 +43,13 @@ template <class T, size_t N>
 class SmallVector {
  public:
     SmallVector() = default;
-    ~SmallVector() {
-        if (heap_.capacity() != 0) HeapPool::Give(std::move(heap_));
+    // The heap storage is held only while the elements live there (size_ > N): an emptied vector
+    // has given it back, and a destructor after clear() (every consumed dict's) tests nothing the
+    // compiler does not already know.
+    // (Forced inline, the giving back out of line: as a call, the destructor cost tree_map 0.8%
+    // on a transformer's parameters, one call per dict.)
+    [[gnu::always_inline]] ~SmallVector() {
+        if (size_ > N) GiveHeap();
     }
     SmallVector(const SmallVector&) = delete;
     SmallVector& operator=(const SmallVector&) = delete;
@@ -62,7 +67,7 @@ class SmallVector {
             inline_[size_] = v;
         } else {
             if (size_ == N) {
-                if (heap_.capacity() == 0) heap_ = HeapPool::Take();
+                heap_ = HeapPool::Take();
                 heap_.assign(inline_, inline_ + N);
             }
             heap_.push_back(v);
@@ -74,15 +79,15 @@ class SmallVector {
     // while still empty.
     void ResizeForOverwrite(size_t n) {
         if (n > N) {
-            if (heap_.capacity() < n) heap_ = HeapPool::Take();
+            heap_ = HeapPool::Take();
             heap_.resize(n);
         }
         size_ = n;
     }
     size_t size() const { return size_; }
     void clear() {
+        if (size_ > N) GiveHeap();
         size_ = 0;
-        heap_.clear();
     }
     T* begin() { return size_ <= N ? inline_ : heap_.data(); }
     T* end() { return begin() + size_; }
@@ -91,6 +96,7 @@ class SmallVector {
 
  private:
     using HeapPool = Scratch<T, DefaultInitAllocator<T>>;
+    [[gnu::noinline]] void GiveHeap() { HeapPool::Give(std::move(heap_)); }
     T inline_[N];
     typename HeapPool::Vector heap_;
     size_t size_ = 0;

@@ -25,6 +25,7 @@ Usage: ``python scripts/ab_instructions.py BASE_PACKAGE_DIR [--trees t1,t2] [--c
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import re
 import shutil
@@ -63,6 +64,9 @@ def child(build: str, tree_name: str, calls: int) -> None:
         recipes = {r.name: r for r in ab_builds.bench_trees.RECIPES}
         tree = recipes[tree_name].build(leaf)
     ops = ab_builds.ops_for(tu, tree)
+    # As the timings do: a collection started inside an op would charge it for the heap's size,
+    # which differs between builds (their Python modules, the trees each one made).
+    gc.disable()
     for op in ENTRY_POINTS:
         fn, args = ops[op]
         for _ in range(calls):

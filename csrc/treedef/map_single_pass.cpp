@@ -85,6 +85,12 @@ class SinglePassMapper {
         PyObject* args[2] = {nullptr, leaf};
         PyObject* r = PyObject_Vectorcall(f_, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
         if (r != nullptr) return r;
+        return FFailed();
+    }
+
+    // f raised: its exception is set aside and the walk goes on with placeholders. Out of line,
+    // so that CallF stays small enough to be inlined into every loop over leaves.
+    [[gnu::noinline, gnu::cold]] PyObject* FFailed() {
         if (!PyErr_Occurred()) {  // f broke the C-API contract; failed() must hold from here
             PyErr_SetString(PyExc_SystemError, "tree_map: f returned NULL without an exception");
         }
