@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import re
 import shutil
 import subprocess
@@ -93,7 +94,10 @@ def total_costs(build: str, tree_name: str, calls: int) -> dict[str, int]:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         command += [f"--toggle-collect=*{entry}::Call*" for entry in ENTRY_POINTS.values()]
         command += [sys.executable, __file__, "--child", build, tree_name, str(calls)]
-        subprocess.run(command, check=True, capture_output=True)
+        # A fixed hash seed: with str hashes randomised per process, dict probing (insertions,
+        # lookups) executes a different number of instructions in each run.
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+        subprocess.run(command, check=True, capture_output=True, env=env)
         report = subprocess.run(
             ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
             check=True,
