@@ -194,8 +194,11 @@ class SinglePassMapper {
     };
     Mark Begin() const { return Mark{outputs_.size(), keys_.size()}; }
 
+    // Inlined into each kind's Read, as the Flattener's Child is: as a call (GCC's choice for the
+    // borrowed-child case of tuples and custom nodes), a custom-node model's tree_map ran 1.7%
+    // more instructions than before the kinds layer.
     template <bool kOwned = false>
-    bool Child(PyObject* child, PyObject* /*key*/) {
+    [[gnu::always_inline]] bool Child(PyObject* child, PyObject* /*key*/) {
         MaybeOwned<kOwned> held(child);
         PyObject* mapped = Visit(child);
         if (mapped == nullptr) return false;
