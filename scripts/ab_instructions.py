@@ -8,6 +8,11 @@ point (``--toggle-collect`` on its ``Guarded<...>::Call`` wrapper), so Python's 
 imports and the dealloc of the previous result are not counted; everything the entry point calls
 (CPython's dict and list code included) is. It reports instructions per call and the B / A ratio.
 
+Counts repeat to a few instructions for ops that only read (flatten, leaves, structure, equality).
+Ops that allocate (unflatten, tree_map, flatten_with_path) move by up to ~2% with the allocator's
+state at the time (a new pymalloc arena, a freelist that ran dry), which the other ops run before
+them leave different in each build: confirm such a cell with a run of that op alone.
+
 Instructions are not time (a cache miss costs no instruction), so this complements the timing
 A/B rather than replacing it: a cell that is slower in time but not in instructions points at
 memory behaviour or code placement, one that executes more points at code.
