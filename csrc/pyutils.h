@@ -257,14 +257,21 @@ class SavedError {
     SavedError(const SavedError&) = delete;
     SavedError& operator=(const SavedError&) = delete;
     // Takes the current exception, clearing it (with none set, the holder is left empty).
-    void Save() {
+    // `normalize`: as an exception instance carrying its traceback, fit to be another
+    // exception's __cause__ or __context__ (value()).
+    void Save(bool normalize = false) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
+        if (normalize) {
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+        }
         type_ = Ref(type);
         value_ = Ref(value);
         tb_ = Ref(tb);
     }
     bool empty() const { return !type_; }
+    PyObject* value() const { return value_.get(); }  // borrowed; null if empty
     // Sets the saved exception as the current one, replacing whatever is set now.
     void Restore() { PyErr_Restore(type_.release(), value_.release(), tb_.release()); }
 
@@ -272,23 +279,28 @@ class SavedError {
     Ref type_, value_, tb_;
 };
 
+// Makes `earlier` (an exception instance, or null: nothing done) the current exception's
+// __context__, and also its __cause__ if `as_cause`: what `raise new from earlier` (as_cause) or
+// a raise inside `except earlier:` would leave.
+inline void ChainToCurrent(PyObject* earlier, bool as_cause) {
+    if (earlier == nullptr) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != nullptr) {
+        if (as_cause) PyException_SetCause(value, Py_NewRef(earlier));  // steals
+        PyException_SetContext(value, Py_NewRef(earlier));              // steals
+    }
+    PyErr_Restore(type, value, tb);
+}
+
 // Raise `type(message)` with the currently set exception as its __cause__ (like
 // `raise type(message) from exc` in Python). JAX does this for dict-key sorting failures.
 inline void RaiseFromCurrent(PyObject* type, const char* message) {
-    PyObject *ctype, *cvalue, *ctb;
-    PyErr_Fetch(&ctype, &cvalue, &ctb);
-    PyErr_NormalizeException(&ctype, &cvalue, &ctb);
-    Ref cause_type(ctype), cause(cvalue), cause_tb(ctb);
-    if (cause && cause_tb) PyException_SetTraceback(cause.get(), cause_tb.get());
+    SavedError cause;
+    cause.Save(/*normalize=*/true);
     PyErr_SetString(type, message);
-    PyObject *etype, *evalue, *etb;
-    PyErr_Fetch(&etype, &evalue, &etb);
-    PyErr_NormalizeException(&etype, &evalue, &etb);
-    if (cause) {
-        PyException_SetCause(evalue, Py_NewRef(cause.get()));  // steals a reference
-        PyException_SetContext(evalue, cause.release());       // steals ours
-    }
-    PyErr_Restore(etype, evalue, etb);
+    ChainToCurrent(cause.value(), /*as_cause=*/true);
 }
 
 // Argument parsing for the METH_FASTCALL | METH_KEYWORDS entry points. PyArg_ParseTupleAndKeywords

@@ -30,11 +30,8 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
     // Held for the call: the hook may be replaced while it runs.
     Ref hook = Ref::FromBorrowed(ModState().treedef.map_error_hook.get());
     if (!hook) return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
-    Ref mismatch_type(type), mismatch(value), mismatch_tb(tb);
+    SavedError mismatch;
+    mismatch.Save(/*normalize=*/true);
     Ref name(PyUnicode_FromString(func));
     Ref exc;
     if (name) {
@@ -45,13 +42,7 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
     if (!exc) {
         // The explanation failed: its exception wins, chained to the mismatch (as a raise in an
         // `except` block would be).
-        PyObject *etype, *evalue, *etb;
-        PyErr_Fetch(&etype, &evalue, &etb);
-        PyErr_NormalizeException(&etype, &evalue, &etb);
-        if (evalue != nullptr && mismatch) {
-            PyException_SetContext(evalue, mismatch.release());  // steals
-        }
-        PyErr_Restore(etype, evalue, etb);
+        ChainToCurrent(mismatch.value(), /*as_cause=*/false);
         return;
     }
     if (PyExceptionInstance_Check(exc.get())) {
@@ -60,7 +51,7 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
         return;
     }
     // No explanation: the mismatch itself.
-    PyErr_Restore(mismatch_type.release(), mismatch.release(), mismatch_tb.release());
+    mismatch.Restore();
 }
 
 }  // namespace
