@@ -58,6 +58,47 @@ inline bool StrLess(PyObject* a, PyObject* b) {
     return PyUnicode_Compare(a, b) < 0;  // cannot fail for two str objects
 }
 
+// Merges the sorted, non-empty ranges [first, mid) and [mid, last) in place, the shorter one
+// copied into `buffer` (a vector, its capacity reused) and merged from the front, or from the
+// back: libstdc++'s __merge_adaptive when its buffer holds the shorter range, so the same
+// comparisons in the same order. On ties the element of [first, mid) comes first.
+template <class It, class Buffer, class Less>
+void MergeThroughBuffer(It first, It mid, It last, Buffer& buffer, Less& less) {
+    if (mid - first <= last - mid) {
+        buffer.assign(first, mid);
+        auto f1 = buffer.begin();
+        It f2 = mid;
+        It out = first;
+        while (f1 != buffer.end() && f2 != last) {
+            if (less(*f2, *f1)) {
+                *out++ = *f2++;
+            } else {
+                *out++ = *f1++;
+            }
+        }
+        std::copy(f1, buffer.end(), out);  // what is left of [mid, last) is in place already
+        return;
+    }
+    buffer.assign(mid, last);
+    It l1 = mid - 1;
+    auto l2 = buffer.end() - 1;
+    It out = last;
+    while (true) {
+        if (less(*l2, *l1)) {
+            *--out = *l1;
+            if (l1 == first) {
+                std::copy_backward(buffer.begin(), l2 + 1, out);
+                return;
+            }
+            --l1;
+        } else {
+            *--out = *l2;
+            if (l2 == buffer.begin()) return;  // what is left of [first, mid) is in place
+            --l2;
+        }
+    }
+}
+
 // Sorts [first, last) by a strict total order `less` with no equal elements, if it is made of
 // few sorted runs: ascending runs are found first (a strictly descending run is reversed in
 // place); a range of one run is done, a range of few runs is merged run by run. Returns false,
@@ -86,33 +127,12 @@ bool NaturalSortIfOrdered(It first, It last, Less less) {
     // goes through one pooled buffer (std::inplace_merge allocated its own, per merge).
     using Record = typename std::iterator_traits<It>::value_type;
     Scratch<Record> buffer_scratch;
-    auto& buffer = buffer_scratch.get();
-    // The shorter run goes to the buffer, as in libstdc++'s merge: the longer one is merged in
-    // place, from the front or the back.
-    auto merge = [&](It lo, It mid, It hi) {  // [lo, mid) and [mid, hi), each sorted
-        if (mid - lo <= hi - mid) {
-            buffer.assign(lo, mid);
-            auto a = buffer.begin();
-            It b = mid;
-            It out = lo;
-            while (a != buffer.end() && b != hi) *out++ = less(*b, *a) ? *b++ : *a++;
-            std::copy(a, buffer.end(), out);  // what is left of [mid, hi) is in place already
-        } else {
-            buffer.assign(mid, hi);
-            auto b = buffer.end();
-            It a = mid;
-            It out = hi;
-            while (b != buffer.begin() && a != lo) {
-                *--out = less(*(b - 1), *(a - 1)) ? *--a : *--b;
-            }
-            std::copy_backward(buffer.begin(), b, out);  // what is left of [lo, mid) is in place
-        }
-    };
     while (bounds.size() > 2) {
         std::vector<ptrdiff_t> merged{0};
         for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
             if (r + 2 < bounds.size()) {
-                merge(first + bounds[r], first + bounds[r + 1], first + bounds[r + 2]);
+                MergeThroughBuffer(first + bounds[r], first + bounds[r + 1], first + bounds[r + 2],
+                                   buffer_scratch.get(), less);
                 merged.push_back(bounds[r + 2]);
             } else {
                 merged.push_back(bounds[r + 1]);
@@ -374,46 +394,9 @@ class StableSortReplica {
     }
 
     // The two sorted halves [0, middle) and [middle, n) merged, the shorter one through the
-    // buffer (libstdc++'s __merge_adaptive when the buffer holds it).
+    // buffer.
     void MergeAdaptive(ptrdiff_t middle) {
-        Record* const first = a_;
-        Record* const mid = a_ + middle;
-        Record* const last = a_ + n_;
-        Record* const buffer = buffer_.data();
-        if (middle <= n_ - middle) {
-            Record* buffer_end = std::copy(first, mid, buffer);
-            Record* f1 = buffer;
-            Record* f2 = mid;
-            Record* out = first;
-            while (f1 != buffer_end && f2 != last) {
-                if (less_(*f2, *f1)) {
-                    *out++ = *f2++;
-                } else {
-                    *out++ = *f1++;
-                }
-            }
-            std::copy(f1, buffer_end, out);
-            return;
-        }
-        Record* buffer_end = std::copy(mid, last, buffer);
-        // Backward merge of [first, mid) and the buffer into [.., last).
-        Record* l1 = mid - 1;
-        Record* l2 = buffer_end - 1;
-        Record* out = last;
-        while (true) {
-            if (less_(*l2, *l1)) {
-                *--out = *l1;
-                if (l1 == first) {
-                    std::copy_backward(buffer, l2 + 1, out);
-                    return;
-                }
-                --l1;
-            } else {
-                *--out = *l2;
-                if (l2 == buffer) return;
-                --l2;
-            }
-        }
+        MergeThroughBuffer(a_, a_ + middle, a_ + n_, buffer_, less_);
     }
 
     Record* a_;
