@@ -79,6 +79,28 @@ bool Values(Walk& w, fastree::Items& items) {
     return true;
 }
 
+// A registered mapping (defaultdict, OrderedDict): its (key, value) items as `gather` collects
+// them, in that order; its node data as `node_data_of(obj, items)` makes it (a new reference, or
+// null with an error set), only where a treedef is built.
+template <NodeKind kKind, class Walk, class Gather, class NodeDataOf>
+bool Mapping(Walk& w, PyObject* obj, const Registration* reg, Gather gather,
+             NodeDataOf node_data_of) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    const auto mark = w.Begin();
+    fastree::Items items;
+    if (!gather(obj, items)) return false;
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Ref node_data;
+    if constexpr (Walk::kDef) {
+        node_data = Ref(node_data_of(obj, items));
+        if (!node_data) return false;
+    }
+    if (!Values(w, items)) return false;
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
+    return true;
+}
+
 // A custom node's children, from the keyless flatten function's output.
 template <class Walk>
 bool Children(Walk& w, PyObject* children, PyObject* result, Py_ssize_t* arity) {
@@ -269,40 +291,23 @@ template <class Walk>
 
 template <class Walk>
 [[gnu::noinline]] bool DefaultDictKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
-    RecursionGuard guard(kFlattenRecursionWhere);
-    if (!guard.ok()) return false;
-    const auto mark = w.Begin();
-    fastree::Items items;
-    if (!GatherDictItems(obj, items, /*wrap_error=*/false)) return false;
-    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-    Ref node_data;
-    if constexpr (Walk::kDef) {
-        Ref factory(PyObject_GetAttrString(obj, "default_factory"));
+    auto gather = [](PyObject* dict, Items& items) {
+        return GatherDictItems(dict, items, /*wrap_error=*/false);
+    };
+    auto node_data = [](PyObject* dict, const Items& items) -> PyObject* {
+        Ref factory(PyObject_GetAttrString(dict, "default_factory"));
         Ref keys(factory ? read::KeysTuple(items) : nullptr);
-        node_data = Ref(keys ? PyTuple_Pack(2, factory.get(), keys.get()) : nullptr);
-        if (!node_data) return false;
-    }
-    if (!read::Values(w, items)) return false;
-    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
-    return true;
+        return keys ? PyTuple_Pack(2, factory.get(), keys.get()) : nullptr;
+    };
+    return read::Mapping<kKind>(w, obj, reg, gather, node_data);
 }
 
 template <class Walk>
 [[gnu::noinline]] bool OrderedDictKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
-    RecursionGuard guard(kFlattenRecursionWhere);
-    if (!guard.ok()) return false;
-    const auto mark = w.Begin();
-    fastree::Items items;
-    if (!GatherOrderedItems(obj, items)) return false;
-    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-    Ref node_data;
-    if constexpr (Walk::kDef) {
-        node_data = Ref(read::KeysTuple(items));  // the keys in the OrderedDict's order
-        if (!node_data) return false;
-    }
-    if (!read::Values(w, items)) return false;
-    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
-    return true;
+    auto node_data = [](PyObject*, const Items& items) {
+        return read::KeysTuple(items);  // the keys in the OrderedDict's order
+    };
+    return read::Mapping<kKind>(w, obj, reg, GatherOrderedItems, node_data);
 }
 
 // ---- registered nodes
