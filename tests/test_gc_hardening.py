@@ -16,7 +16,6 @@ import pytest
 from helpers import Keyed, NodeClass, Pair, Point, parametrize
 
 import fastree.tree_util as tu
-from fastree import _core
 
 
 class Box:
@@ -167,31 +166,6 @@ CYCLES = {
 @parametrize(make=CYCLES)
 def test_cycle_is_collected(make):
     _assert_collected(make)
-
-
-def test_cycle_through_registration_callbacks_is_visible():
-    """Registrations live for the process (as JAX's do), so a cycle through one cannot be freed;
-    but the GC must still see the callbacks they hold, or a cycle through a callback's closure
-    would be reported as unreachable garbage and broken while still in use."""
-
-    class Reg:
-        pass
-
-    def flatten(x):
-        return ((), None)
-
-    def unflatten(aux, children):
-        return Reg()
-
-    tu.register_pytree_node(Reg, flatten, unflatten)
-    referents = gc.get_referents(_core._module_state)
-    assert any(r is flatten for r in referents)
-    assert any(r is unflatten for r in referents)
-    assert any(r is Reg for r in referents)
-
-
-# ------------------------------------------------------------------------------------------------
-# gc.get_referents(treedef) reports what the treedef owns, directly.
 
 
 def test_get_referents_has_aux_and_dict_keys():

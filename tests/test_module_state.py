@@ -102,6 +102,10 @@ def test_a_cycle_through_an_installed_hook_lives_while_installed_then_is_collect
 
 
 def test_the_collector_sees_registrations_and_key_classes():
+    """Registrations live for the process (as JAX's do), so a cycle through one cannot be freed;
+    but the GC must still see the callbacks they hold, or a cycle through a callback's closure
+    would be reported as unreachable garbage and broken while still in use."""
+
     class Reg:
         pass
 
