@@ -115,17 +115,22 @@ def registered_model(tu: Any, how: str, leaf: Callable[[tuple[int, ...]], Any]) 
 
     if how == "dataclass":
         for cls in (Linear, LayerNorm):
-            tu.register_dataclass(cls, data_fields=[f.name for f in dataclasses.fields(cls)],
-                                  meta_fields=[])
-        tu.register_dataclass(Block, data_fields=["attention", "mlp", "norm"],
-                              meta_fields=["name"])
+            tu.register_dataclass(
+                cls, data_fields=[f.name for f in dataclasses.fields(cls)], meta_fields=[]
+            )
+        tu.register_dataclass(Block, data_fields=["attention", "mlp", "norm"], meta_fields=["name"])
     else:
-        tu.register_pytree_node(Linear, lambda n: ((n.weight, n.bias), None),
-                                lambda _, c: Linear(*c))
-        tu.register_pytree_node(LayerNorm, lambda n: ((n.scale, n.bias), None),
-                                lambda _, c: LayerNorm(*c))
-        tu.register_pytree_node(Block, lambda n: ((n.attention, n.mlp, n.norm), n.name),
-                                lambda name, c: Block(*c, name=name))
+        tu.register_pytree_node(
+            Linear, lambda n: ((n.weight, n.bias), None), lambda _, c: Linear(*c)
+        )
+        tu.register_pytree_node(
+            LayerNorm, lambda n: ((n.scale, n.bias), None), lambda _, c: LayerNorm(*c)
+        )
+        tu.register_pytree_node(
+            Block,
+            lambda n: ((n.attention, n.mlp, n.norm), n.name),
+            lambda name, c: Block(*c, name=name),
+        )
 
     def linear(i: int) -> Any:
         return Linear(leaf_at(2 * i), leaf_at(2 * i + 1))
@@ -137,14 +142,25 @@ def registered_model(tu: Any, how: str, leaf: Callable[[tuple[int, ...]], Any]) 
         return _LEAVES[i]
 
     blocks = [
-        Block(attention=linear(3 * b + 1), mlp=linear(3 * b + 2),
-              norm=LayerNorm(leaf_at(1000 + 2 * b), leaf_at(1001 + 2 * b)), name=f"block{b}")
+        Block(
+            attention=linear(3 * b + 1),
+            mlp=linear(3 * b + 2),
+            norm=LayerNorm(leaf_at(1000 + 2 * b), leaf_at(1001 + 2 * b)),
+            name=f"block{b}",
+        )
         for b in range(12)
     ]
     return [linear(0), *blocks]
 
 
 _LEAVES: dict[int, Any] = {}
+
+
+def tree_for(tu: Any, name: str, leaf: Callable[[tuple[int, ...]], Any]) -> Any:
+    """The tree called ``name``: a suite recipe, or a PER_BUILD_TREES model registered with ``tu``."""
+    if name in PER_BUILD_TREES:
+        return registered_model(tu, PER_BUILD_TREES[name], leaf)
+    return next(r for r in bench_trees.RECIPES if r.name == name).build(leaf)
 
 
 def ops_for(tu: Any, tree: Any) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
@@ -221,12 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B = {new.__name__} ({Path(new.__file__).parent}), A = {args.base}")
     print(f"{'tree':<20} " + " ".join(f"{op:>17}" for op in ops_for(new, ())))
     for name in wanted:
-        if name in PER_BUILD_TREES:
-            how = PER_BUILD_TREES[name]
-            tree = registered_model(base, how, leaf)
-            results[name] = ab(tree, base, new, args.repeats, registered_model(new, how, leaf))
-        else:
-            results[name] = ab(recipes[name].build(leaf), base, new, args.repeats)
+        tree_b = tree_for(new, name, leaf) if name in PER_BUILD_TREES else None
+        results[name] = ab(tree_for(base, name, leaf), base, new, args.repeats, tree_b)
         print(f"{name:<20} " + " ".join(f"{r:>17.3f}" for r in results[name].values()))
     gc.enable()
     worst = max((r, f"{t}.{op}") for t, ops in results.items() for op, r in ops.items())

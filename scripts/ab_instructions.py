@@ -63,12 +63,7 @@ def child(build: str, tree_name: str, calls: int) -> None:
         tu = importlib.import_module("fastree.tree_util")
     else:
         tu = ab_builds.load_base(Path(build))
-    leaf = ab_builds.leaf_factory("numpy", "cpu")
-    if tree_name in ab_builds.PER_BUILD_TREES:
-        tree = ab_builds.registered_model(tu, ab_builds.PER_BUILD_TREES[tree_name], leaf)
-    else:
-        recipes = {r.name: r for r in ab_builds.bench_trees.RECIPES}
-        tree = recipes[tree_name].build(leaf)
+    tree = ab_builds.tree_for(tu, tree_name, ab_builds.leaf_factory("numpy", "cpu"))
     ops = ab_builds.ops_for(tu, tree)
     # As the timings do: a collection started inside an op would charge it for the heap's size,
     # which differs between builds (their Python modules, the trees each one made).
