@@ -1,11 +1,11 @@
-// Key-path entries: JAX's own key classes, made through jaxlib functions and cached.
+// Key-path entries: JAX's own key classes, made by the Python layer's makers and cached.
 //
-// Why not call the classes: jaxlib's key classes are nanobind types, and nanobind's constructor
-// path lets a C++ std::bad_alloc escape a noexcept frame (growing its table of live instances),
-// which aborts the process where a MemoryError was due. jaxlib's bound *functions* translate
-// the same failure into MemoryError, so every entry is made by one of them (the makers the
-// Python layer installs: a list or dict flattened one level by jaxlib's registry). The classes
-// themselves are used only if no maker is installed.
+// Why makers: jaxlib's key classes are nanobind types, and making an instance when memory runs
+// out ends the process (nanobind lets std::bad_alloc escape a noexcept frame while it grows its
+// table of live instances; jaxlib's own flatten_one_level_with_keys crashes the same way). The
+// makers the Python layer installs (python/fastree/_key_makers.py) first make sure the address
+// space needed is there, raising MemoryError when it is not, and only then call the classes. The
+// classes themselves are called here only if no maker is installed.
 //
 // Why cached: JAX's key entries are immutable (read-only properties), so equal entries can be
 // shared, and making one costs far more than reusing it. Cached for the process:

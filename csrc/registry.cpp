@@ -268,8 +268,10 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
     // The new values are in place before the old ones are released (at the end): releasing runs
     // finalizers (the old dict's entries), which may flatten and so read g_jax_registry.
     Ref old_registry = s.SetJaxRegistry(Ref::FromBorrowed(jax_registry_dict));
-    s.jax_flatten_with_keys = Ref::FromBorrowed(jax_flatten_one_level_with_keys);
-    s.jax_flatten_one_level = Ref::FromBorrowed(jax_flatten_one_level);
+    // Either may be None: jaxlib before 0.6 has no flatten_one_level_with_keys.
+    auto optional = [](PyObject* f) { return Ref::FromBorrowed(f == Py_None ? nullptr : f); };
+    s.jax_flatten_with_keys = optional(jax_flatten_one_level_with_keys);
+    s.jax_flatten_one_level = optional(jax_flatten_one_level);
     // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
     Ref collections(PyImport_ImportModule("collections"));
     if (!collections) return false;

@@ -236,7 +236,7 @@ def install() -> None:
     _core.install_jax_bridge(
         jax_registry=_jax_compat.jax_registry(),
         flatten_one_level=_jtu.default_registry.flatten_one_level,
-        flatten_one_level_with_keys=_jtu.default_registry.flatten_one_level_with_keys,
+        flatten_one_level_with_keys=_jax_compat.jaxlib_flatten_one_level_with_keys,
         DictKey=_jtu.DictKey,
         SequenceKey=_jtu.SequenceKey,
         GetAttrKey=_jtu.GetAttrKey,

@@ -1,10 +1,16 @@
-"""Key-path entries made by jaxlib functions, for the core's key cache (csrc/keys.cpp).
+"""Key-path entries for the core's key cache (csrc/keys.cpp), made so that running out of memory
+raises ``MemoryError`` instead of killing the process.
 
-jaxlib's key classes (``SequenceKey``, ``DictKey``, ...) are nanobind types whose constructor
-aborts the process when memory runs out (a ``std::bad_alloc`` escapes a ``noexcept`` frame while
-nanobind grows its table of live instances). jaxlib's bound functions turn the same failure into
-``MemoryError``. So the core never calls the classes: it asks these makers, which let jaxlib's
-registry flatten a stand-in container one level and take the keys it made.
+jaxlib's key classes (``SequenceKey``, ``DictKey``, ...) are nanobind types, and on every
+supported jaxlib making an instance when memory runs out ends the process: the constructor lets
+``std::bad_alloc`` escape a ``noexcept`` frame (abort) while nanobind grows its table of live
+instances, and jaxlib's own ``flatten_one_level_with_keys`` crashes the same way (a segfault in
+jaxlib 0.6.2 and 0.10.2, under ``RLIMIT_AS``). No jaxlib route is safe, so none is used: each
+maker first asks the operating system for enough address space to cover what making the entries
+can allocate (the instances, and nanobind's table of live instances doubling), gives it straight
+back, and only then calls the classes. When the ask fails, the maker raises ``MemoryError``
+before any jaxlib code runs. The ask reserves address space and touches no page, so it costs two
+system calls per block (blocks are cached by the core and made rarely).
 
 >>> from fastree import _key_makers
 >>> _key_makers.sequence_block(3)
@@ -15,79 +21,69 @@ registry flatten a stand-in container one level and take the keys it made.
 
 from __future__ import annotations
 
-import operator
+import mmap
 from typing import Any
 
 from ._jax_compat import tree_util as _jtu
 
-_flatten_with_keys = _jtu.default_registry.flatten_one_level_with_keys
-_first = operator.itemgetter(0)
+# What making `n` entries may allocate: a fixed margin for nanobind's table of live instances
+# (a robin-hood map that doubles: tens of MiB for a few hundred thousand live instances of any
+# nanobind type, which fastree cannot count) plus, per entry, the instance and its share of the
+# table (generously: an instance is ~48 bytes, a table slot 16-32, and the table doubles).
+_HEADROOM_BASE = 64 << 20
+_HEADROOM_PER_ENTRY = 256
 
 
-class _Indexed:
-    """A node of ``n`` children, registered only in a private jaxlib registry below, so that
-    jaxlib numbers its children with ``FlattenedIndexKey``."""
+def ensure_headroom(n: int) -> None:
+    """Raises ``MemoryError`` unless making ``n`` key entries can allocate what it needs.
 
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-
-class _Named(tuple):  # instances carry `_fields`: jaxlib reads it per object
-    """A one-item tuple with its own ``_fields``: jaxlib keys its item ``GetAttrKey(_fields[0])``."""
-
-
-_private_registry = type(_jtu.default_registry)()
-_private_registry.register_node(_Indexed, lambda node: ([None] * node.n, None), lambda *_: None)
+    >>> ensure_headroom(1000)
+    """
+    size = _HEADROOM_BASE + _HEADROOM_PER_ENTRY * n
+    try:
+        # An anonymous private mapping counts against the address-space limit as malloc's
+        # would, and is returned at once without a page being touched.
+        probe = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, OverflowError, ValueError):
+        raise MemoryError(
+            f"fastree: not enough memory to make {n} key-path entries"
+        ) from None
+    probe.close()
 
 
 def sequence_block(n: int) -> list[Any]:
     """``[SequenceKey(0), ..., SequenceKey(n - 1)]``."""
-    return list(map(_first, _flatten_with_keys([None] * n)[0]))
+    ensure_headroom(n)
+    return list(map(_jtu.SequenceKey, range(n)))
 
 
 def flattened_index_block(n: int) -> list[Any]:
     """``[FlattenedIndexKey(0), ..., FlattenedIndexKey(n - 1)]``."""
-    return list(map(_first, _private_registry.flatten_one_level_with_keys(_Indexed(n))[0]))
+    ensure_headroom(n)
+    return list(map(_jtu.FlattenedIndexKey, range(n)))
 
 
 def dict_key(key: Any) -> Any:
     """``DictKey(key)``."""
-    return _flatten_with_keys({key: None})[0][0][0]
+    ensure_headroom(1)
+    return _jtu.DictKey(key)
 
 
 def dict_key_block(keys: list[Any]) -> list[Any]:
-    """``[DictKey(k) for k in keys]``, for distinct keys of one orderable type (str, or int)."""
-    made = {entry.key: entry for entry, _ in _flatten_with_keys(dict.fromkeys(keys))[0]}
-    return [made[key] for key in keys]
+    """``[DictKey(k) for k in keys]``, in order."""
+    ensure_headroom(len(keys))
+    return list(map(_jtu.DictKey, keys))
 
 
 def getattr_key(name: Any) -> Any:
     """``GetAttrKey(name)``."""
-    holder = _Named((None,))
-    holder._fields = (name,)  # type: ignore[attr-defined]
-    return _flatten_with_keys(holder)[0][0][0]
-
-
-def _works() -> bool:
-    # Older jaxlib releases may lack one of these routes: then the core keeps calling the classes.
-    try:
-        return (
-            sequence_block(2)[1] == _jtu.SequenceKey(1)
-            and flattened_index_block(2)[1] == _jtu.FlattenedIndexKey(1)
-            and dict_key("a") == _jtu.DictKey("a")
-            and dict_key_block(["b", "a"]) == [_jtu.DictKey("b"), _jtu.DictKey("a")]
-            and getattr_key("a") == _jtu.GetAttrKey("a")
-        )
-    except Exception:  # noqa: BLE001 - any failure means: not this jaxlib's routes
-        return False
+    ensure_headroom(1)
+    return _jtu.GetAttrKey(name)
 
 
 def install() -> None:
     from . import _core
 
-    if _works():
-        _core.set_key_makers(
-            sequence_block, flattened_index_block, dict_key, getattr_key, dict_key_block
-        )
+    _core.set_key_makers(
+        sequence_block, flattened_index_block, dict_key, getattr_key, dict_key_block
+    )
