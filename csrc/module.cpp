@@ -158,6 +158,16 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         "Installs adopter(type) -> (flatten, unflatten) | None for types registered only in "
         "jaxlib's C++ registry.");
     m.def(
+        "set_iterable_leaf_warning",
+        [](py::handle types, py::handle warn) {
+            if (!registry::InstallIterableLeafWarning(types.ptr(), warn.ptr())) {
+                throw py::error_already_set();
+            }
+        },
+        py::arg("types"), py::arg("warn"),
+        "Installs the leaf types the installed JAX warns about when a flatten meets one (a tuple "
+        "of types, or None: no warning) and warn(leaf), which issues the warning.");
+    m.def(
         "set_key_makers",
         [](py::handle sequence_block, py::handle flattened_index_block, py::handle dict_key,
            py::handle getattr_key, py::handle dict_key_block) {

@@ -32,6 +32,8 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
     Py_VISIT(registry.jax_flatten_with_keys.get());
     Py_VISIT(registry.jax_flatten_one_level.get());
     Py_VISIT(registry.jaxlib_adopter.get());
+    Py_VISIT(registry.iterable_leaf_types.get());
+    Py_VISIT(registry.iterable_leaf_warn.get());
 
     for (const IndexKeys* kind : {&keys.sequence, &keys.flattened_index}) {
         Py_VISIT(kind->cls.get());
@@ -70,6 +72,8 @@ void ModuleState::Clear() {
     Ref jax_flatten_with_keys = std::move(registry.jax_flatten_with_keys);
     Ref jax_flatten_one_level = std::move(registry.jax_flatten_one_level);
     Ref jaxlib_adopter = std::move(registry.jaxlib_adopter);
+    Ref iterable_leaf_types = std::move(registry.iterable_leaf_types);
+    Ref iterable_leaf_warn = std::move(registry.iterable_leaf_warn);
 
     IndexKeys sequence = std::move(keys.sequence);
     IndexKeys flattened_index = std::move(keys.flattened_index);

@@ -67,6 +67,10 @@ struct RegistryState {
     Ref jax_flatten_with_keys;      // JAX registry's flatten_one_level_with_keys
     Ref jax_flatten_one_level;      // JAX registry's flatten_one_level
     Ref jaxlib_adopter;             // type -> (flatten, unflatten) | None
+    // The leaf types the installed JAX warns about (jaxlib 0.10.1+: iterators, dict_values, ...):
+    // a tuple of types, or null where JAX does not warn; and warn(leaf), which issues the warning.
+    Ref iterable_leaf_types;
+    Ref iterable_leaf_warn;
 
     // Installs `dict` (JAX's registry, or null) with its mirror, and hands back the previous
     // one for the caller to release once every other field is in place: releasing it runs

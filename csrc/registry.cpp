@@ -17,6 +17,7 @@ const Registration kList{NodeKind::kList};
 const Registration kDict{NodeKind::kDict};
 const Registration kNamedTuple{NodeKind::kNamedTuple};
 const Registration kTupleSubclass{NodeKind::kLeaf};
+const Registration kIterableLeaf{NodeKind::kLeaf};
 
 namespace {
 
@@ -139,6 +140,19 @@ const Registration* AdoptFromJaxlib(PyTypeObject* t) {
     return AddAdopted(t, PyTuple_GET_ITEM(answer.get(), 0), PyTuple_GET_ITEM(answer.get(), 1));
 }
 
+// Whether the installed JAX warns about leaves of type `t` (a subclass of a type it names, as
+// jaxlib checks). PyType_IsSubtype reads the MRO tuple only: no Python code runs.
+bool IsWarnedIterable(PyTypeObject* t) {
+    PyObject* types = S().iterable_leaf_types.get();
+    if (types == nullptr) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); ++i) {
+        if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(types, i)))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 const Registration* Resolve(PyTypeObject* t) {
     RegistryState& s = S();
     auto it = s.registered.find(t);
@@ -151,7 +165,8 @@ const Registration* Resolve(PyTypeObject* t) {
     const Registration* tuple_kind = NamedTupleKind(t);
     if (tuple_kind == &kNamedTuple) return tuple_kind;
     if (const Registration* r = AdoptFromJaxlib(t)) return r;
-    return tuple_kind != nullptr ? tuple_kind : &kLeaf;
+    if (tuple_kind != nullptr) return tuple_kind;
+    return IsWarnedIterable(t) ? &kIterableLeaf : &kLeaf;
 }
 
 }  // namespace
@@ -288,6 +303,35 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
 void InstallJaxlibAdopter(PyObject* adopter) {
     S().jaxlib_adopter = Ref::FromBorrowed(adopter == Py_None ? nullptr : adopter);
     DropMemo();
+}
+
+bool InstallIterableLeafWarning(PyObject* types, PyObject* warn) {
+    if (types != Py_None) {
+        bool ok = PyTuple_Check(types);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(types); ++i) {
+            ok = PyType_Check(PyTuple_GET_ITEM(types, i));
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "fastree: iterable leaf types must be a tuple of types");
+            return false;
+        }
+    }
+    RegistryState& s = S();
+    // The old values are released after the new ones are in place and the memo is dropped.
+    Ref old_types = std::move(s.iterable_leaf_types);
+    Ref old_warn = std::move(s.iterable_leaf_warn);
+    s.iterable_leaf_types = Ref::FromBorrowed(types == Py_None ? nullptr : types);
+    s.iterable_leaf_warn = Ref::FromBorrowed(warn == Py_None ? nullptr : warn);
+    DropMemo();
+    return true;
+}
+
+bool WarnIterableLeaf(PyObject* leaf) {
+    // Held for the call: warn() runs Python code, which may install another.
+    Ref warn = Ref::FromBorrowed(S().iterable_leaf_warn.get());
+    if (!warn) return true;
+    Ref done(PyObject_CallOneArg(warn.get(), leaf));
+    return static_cast<bool>(done);
 }
 
 PyObject* JaxFlattenWithKeys() { return S().jax_flatten_with_keys.get(); }

@@ -69,6 +69,11 @@ extern const Registration kNamedTuple;
 // attribute, a descriptor, a custom __getattribute__): Classify asks the object. Its kind is
 // kLeaf, which is what a question about the type alone (ClassifyType) answers.
 extern const Registration kTupleSubclass;
+// A leaf of a type the installed JAX warns about when it meets one in a flatten (jaxlib 0.10.1+:
+// "Python iterable type '...' is treated as a leaf": iterators, generators, dict_values).
+// Classify answers it instead of kLeaf for those types; its kind is kLeaf, so every walker
+// treats it as a leaf, and the flattening walkers warn first (WarnIterableLeaf).
+extern const Registration kIterableLeaf;
 
 // Classify's answer for an object of a kTupleSubclass type: a namedtuple if it has `_fields`
 // (getattr can run Python code).
@@ -148,6 +153,20 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
 // Installs the Python layer's adopter for types registered only in jaxlib's C++ registry:
 // adopter(type) -> (flatten, unflatten) or None. Asked once per type (memoised).
 void InstallJaxlibAdopter(PyObject* adopter);
+
+// Installs the leaf types JAX warns about (a tuple of types; None: JAX does not warn) and
+// warn(leaf), which issues JAX's DeprecationWarning. False with an error set if `types` is not
+// a tuple of types.
+bool InstallIterableLeafWarning(PyObject* types, PyObject* warn);
+
+// Issues the installed JAX's warning for a kIterableLeaf leaf met by a flatten. False with the
+// error set when the warning is an error (warnings filters) or warn() fails.
+bool WarnIterableLeaf(PyObject* leaf);
+
+// A flatten's check on a leaf it met (after is_leaf, if any, said no): true to go on.
+[[gnu::always_inline]] inline bool CheckLeaf(const Registration* reg, PyObject* leaf) {
+    return reg != &kIterableLeaf || WarnIterableLeaf(leaf);
+}
 PyObject* JaxFlattenWithKeys();  // borrowed; may be null
 PyObject* JaxFlattenOneLevel();  // borrowed; may be null
 

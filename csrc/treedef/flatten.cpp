@@ -78,7 +78,7 @@ class Flattener {
         const Registration* reg = registry::Classify(obj);
         // Leaves (most of any tree) are handled here, inline in the parent's loop; everything
         // else goes through VisitNode, whose large frame only containers pay for.
-        if (reg->IsLeaf()) return AddLeaf(held);
+        if (reg->IsLeaf()) return registry::CheckLeaf(reg, obj) && AddLeaf(held);
         return VisitNode(obj, reg);
     }
 

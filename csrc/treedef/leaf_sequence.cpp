@@ -48,8 +48,8 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg == nullptr || !reg->IsLeaf()) {
-            // Not all leaves, or not decidable here: drop what was copied (the references are
+        if (reg != &registry::kLeaf) {
+            // Not all plain leaves (nodes, leaves JAX warns about), or not decidable here: drop what was copied (the references are
             // also held by `tree`, so no object dies and no Python code runs).
             return nullptr;
         }
@@ -83,7 +83,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg == nullptr || !reg->IsLeaf()) return nullptr;
+        if (reg != &registry::kLeaf) return nullptr;  // see FlattenLeafSequence
     }
     // Every item is a leaf: take them all (f may change a list `tree`), then map them in place.
     // The new container is ours alone until it is returned; its slots are written raw, per

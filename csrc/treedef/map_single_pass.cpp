@@ -69,7 +69,7 @@ class SinglePassMapper {
     // (failed()), the result is a placeholder: the walk only looks for flatten errors.
     [[gnu::always_inline]] PyObject* Visit(PyObject* obj) {
         const Registration* reg = registry::Classify(obj);
-        if (reg->IsLeaf()) return CallF(obj);
+        if (reg->IsLeaf()) return registry::CheckLeaf(reg, obj) ? CallF(obj) : nullptr;
         return VisitNode(obj, reg);
     }
 

@@ -122,6 +122,9 @@ def install_jax_bridge(
 def set_jaxlib_adopter(
     adopter: Callable[[type], tuple[Callable[[Any], Any], Callable[[Any, Any], Any]] | None] | None,
 ) -> None: ...
+def set_iterable_leaf_warning(
+    types: tuple[type, ...] | None, warn: Callable[[Any], None] | None
+) -> None: ...
 def set_key_makers(
     sequence_block: Callable[[int], list[Any]] | None,
     flattened_index_block: Callable[[int], list[Any]] | None,

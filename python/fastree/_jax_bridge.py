@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from . import _core, _jax_compat, _key_makers, _map_errors, _statetree
@@ -232,6 +233,16 @@ def _adopt_jaxlib_node(node_type: type) -> tuple[Any, Any] | None:
     return _jtu.default_registry.flatten_one_level, unflatten
 
 
+def _warn_iterable_leaf(leaf: Any) -> None:
+    """The installed JAX's warning for a leaf of a type it warns about (called by the core's
+    flattens). stacklevel=2 names the code that called fastree, as jaxlib's names its caller."""
+    warnings.warn(
+        _jax_compat.JAX_ITERABLE_LEAF_WARNING.format(type(leaf).__name__),
+        DeprecationWarning,
+        stacklevel=2,
+    )
+
+
 def install() -> None:
     _core.install_jax_bridge(
         jax_registry=_jax_compat.jax_registry(),
@@ -246,6 +257,9 @@ def install() -> None:
     )
     _key_makers.install()
     _core.set_jaxlib_adopter(_adopt_jaxlib_node)
+    _core.set_iterable_leaf_warning(
+        _jax_compat.JAX_ITERABLE_LEAF_TYPES or None, _warn_iterable_leaf
+    )
     _core.set_jax_texts(
         dict_mismatch_shows_dict=_jax_compat.JAX_DICT_MISMATCH_SHOWS_DICT,
         aux_equality_names_type=_jax_compat.JAX_AUX_EQUALITY_NAMES_TYPE,

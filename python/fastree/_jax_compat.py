@@ -26,7 +26,14 @@ which range it serves:
   (the only route before jaxlib 0.7); :data:`jaxlib_is_node` (jaxlib 0.7 and later);
 * error texts that changed between releases, asked of the installed JAX once, at import:
   :data:`JAX_DICT_MISMATCH_SHOWS_DICT`, :data:`JAX_AUX_EQUALITY_NAMES_TYPE`,
-  :data:`JAX_EXPLAINS_MAP_ERRORS`.
+  :data:`JAX_EXPLAINS_MAP_ERRORS`, :data:`JAX_MAP_ERRORS_PRINT_KEY_ENTRIES`;
+* the leaves JAX warns about (jaxlib 0.10.1 and later), asked of it once, type by type:
+  :data:`JAX_ITERABLE_LEAF_TYPES`, :data:`JAX_ITERABLE_LEAF_WARNING`;
+* what a release changed without a text to ask about, by version number:
+  :data:`JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS`.
+
+The supported range is declared in ``pyproject.toml`` (``jax>=0.4.36``); README's version table
+says which combinations the suite runs on.
 
 >>> import jax.tree_util
 >>> from fastree import _jax_compat
@@ -36,7 +43,10 @@ True
 
 from __future__ import annotations
 
+import collections
+import re
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +58,11 @@ from jax._src import tree as _jax_src_tree
 from jax._src import tree_util as internal
 
 __all__ = [
+    "JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS",
+    "JAX_ITERABLE_LEAF_TYPES",
+    "JAX_ITERABLE_LEAF_WARNING",
+    "JAX_MAP_ERRORS_PRINT_KEY_ENTRIES",
+    "JAX_VERSION",
     "JAXLIB_BUILDS_FROM_NODE_DATA",
     "JAXLIB_STATE_KINDS",
     "JAX_AUX_EQUALITY_NAMES_TYPE",
@@ -71,6 +86,33 @@ __all__ = [
     "tree",
     "tree_util",
 ]
+
+
+# ------------------------------------------------------------------------------------------------
+# The running JAX's version
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    # "0.12.0.1" -> (0, 12, 0, 1); a local or pre-release tail ("0.5.0rc1", "0.4.36.dev2") ends
+    # the numbers.
+    numbers = []
+    for part in text.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+        if digits.end() != len(part):
+            break
+    return tuple(numbers)
+
+
+JAX_VERSION = _version_tuple(jax.__version__)
+"""The installed JAX's version as a tuple of ints: ``(0, 10, 2)``."""
+
+JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS = JAX_VERSION >= (0, 11, 1)
+"""jax 0.11.1 and later leave ``drop_fields`` out of the data and meta fields that
+``register_dataclass`` derives from a dataclass's fields; before, they stayed in (and the
+registration failed its own check). No error text tells the two apart, so the version does."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -150,8 +192,13 @@ def jax_registered_types() -> list[type]:
 
 
 # register_dataclass keeps its data fields only in the closure of the flatten function it puts
-# into the registry (`register_dataclass.<locals>.flatten_func`, a free variable `data_fields`).
-_DATACLASS_FLATTEN_PREFIX = "register_dataclass."
+# into the registry, a free variable `data_fields` of `register_dataclass.<locals>.flatten_func`
+# (before jax 0.12) or of `_register_dataclass.<locals>.flatten_func` (jax 0.12, where the public
+# function calls a private one).
+_DATACLASS_FLATTEN_QUALNAMES = (
+    "register_dataclass.<locals>.flatten_func",
+    "_register_dataclass.<locals>.flatten_func",
+)
 _DATACLASS_FIELDS_CELL = "data_fields"
 
 
@@ -169,7 +216,10 @@ def is_jax_register_dataclass_entry(entry: Any) -> bool:
     False
     """
     to_iter = getattr(entry, "to_iter", None)
-    return getattr(to_iter, "__qualname__", "").startswith(_DATACLASS_FLATTEN_PREFIX)
+    return (
+        getattr(to_iter, "__qualname__", None) in _DATACLASS_FLATTEN_QUALNAMES
+        and getattr(to_iter, "__module__", None) == internal.__name__
+    )
 
 
 def jax_dataclass_fields(tp: type) -> tuple[str, ...] | None:
@@ -303,3 +353,54 @@ JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, (1,), (1, 2))
 ).startswith("pytree structure error")
 """jax 0.7 and later explain a tree_map structure mismatch by key path (fastree._map_errors)."""
+
+JAX_MAP_ERRORS_PRINT_KEY_ENTRIES = "['b']" in _jax_error_text(
+    lambda: tree_util.tree_map(lambda *_: None, {"a": 1}, {"a": 1, "b": 2})
+)
+"""jax 0.11 and later list the child keys of a "different numbers of pytree children" error as
+key entries (``['a'] ['b']``, ``.f0``); before, by the entry's ``key`` (``a b``)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Leaves JAX warns about (jaxlib 0.10.1 and later: "Python iterable type 'dict_values' is treated
+# as a leaf in PyTree..."), asked of the installed JAX once per candidate type
+
+
+def _iterable_leaf_candidates() -> list[Any]:
+    # One object of each iterable type jaxlib has been seen to warn about, and of their near
+    # relatives it has not (reversed lists, ranges, strings, views other than values): each is
+    # asked about, so a release that changes its list is followed without a change here.
+    mapping = {0: 0}
+
+    def generator() -> Any:
+        yield 0
+
+    return [
+        iter([]), iter(()), iter(set()), iter(mapping), iter(mapping.values()),
+        iter(mapping.items()), mapping.values(), mapping.keys(), mapping.items(), generator(),
+        zip(), map(int, ()), filter(None, ()), enumerate(()), reversed(()), reversed([]),
+        reversed(mapping), iter(range(0)), iter(""), iter(b""), range(0), set(), frozenset(),
+        collections.OrderedDict().values(), iter(collections.OrderedDict()),
+    ]  # fmt: skip
+
+
+def _iterable_leaf_warnings() -> tuple[tuple[type, ...], str]:
+    warned: list[type] = []
+    text = ""
+    for candidate in _iterable_leaf_candidates():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tree_util.tree_leaves([candidate])
+        for warning in caught:
+            message = str(warning.message)
+            if issubclass(warning.category, DeprecationWarning) and "treated as a leaf" in message:
+                kind = type(candidate)
+                if kind not in warned:
+                    warned.append(kind)
+                text = message.replace(f"'{kind.__name__}'", "'{}'", 1)
+    return tuple(warned), text
+
+
+JAX_ITERABLE_LEAF_TYPES, JAX_ITERABLE_LEAF_WARNING = _iterable_leaf_warnings()
+"""The leaf types a flatten of the installed JAX warns about (instances of their subclasses too),
+empty before jaxlib 0.10.1; and its warning text with ``{}`` for the type's name."""

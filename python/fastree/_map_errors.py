@@ -64,7 +64,10 @@ def explain(
 
 
 def _key_text(key: Any) -> str:
-    # JAX prints `k.key`, which GetAttrKey and SequenceKey lack: name each by what it has.
+    # jax 0.11 and later print the entry itself (`['a']`, `.f0`). Before, JAX printed `k.key`,
+    # which GetAttrKey and SequenceKey lack: each is named by what it has.
+    if _jax_compat.JAX_MAP_ERRORS_PRINT_KEY_ENTRIES:
+        return str(key)
     for attribute in ("key", "name", "idx"):
         if hasattr(key, attribute):
             return str(getattr(key, attribute))

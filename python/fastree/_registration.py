@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from . import _core, _identity
+from . import _core, _identity, _jax_compat
 from ._jax_compat import tree_util as _jtu
 
 T = TypeVar("T")
@@ -140,11 +140,16 @@ def register_pytree_with_keys_class(
 
 
 def _dataclass_fields(
-    nodetype: type[Any], data_fields: Sequence[str] | None, meta_fields: Sequence[str] | None
+    nodetype: type[Any],
+    data_fields: Sequence[str] | None,
+    meta_fields: Sequence[str] | None,
+    drop_fields: Sequence[str],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    # JAX has already validated the arguments; only the defaults need resolving here.
+    # The defaults as the installed JAX derives them: the fields marked static are meta, the
+    # others data; jax 0.11.1 and later leave drop_fields out of both.
     if data_fields is None or meta_fields is None:
-        fields = dataclasses.fields(nodetype)
+        dropped = set(drop_fields) if _jax_compat.JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS else set()
+        fields = [f for f in dataclasses.fields(nodetype) if f.name not in dropped]
         data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
         meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
     return tuple(data_fields), tuple(meta_fields)
@@ -159,11 +164,18 @@ def _check_dataclass_fields(
         init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
         given = {*data, *meta}
         if given != init_fields:
-            raise ValueError(
-                "data_fields and meta_fields must include all dataclass fields with ``init=True``"
-                f" and only them. Missing fields: {init_fields - given}; unexpected fields:"
-                f" {given - init_fields}."
+            # JAX's text (every supported release): each part only when it has fields.
+            message = (
+                "data_fields and meta_fields must include all dataclass fields with"
+                " ``init=True`` and only them."
             )
+            if missing := init_fields - given:
+                message += (
+                    f" Missing fields: {missing}. Add them to drop_fields to suppress this error."
+                )
+            if unexpected := given - init_fields:
+                message += f" Unexpected fields: {unexpected}."
+            raise ValueError(message)
     if overlap := set(data) & set(meta):
         raise ValueError(
             f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
@@ -205,7 +217,7 @@ def register_dataclass(
     )
     if not preserve_identity:
         _jtu.register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
-        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
+        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields, drop_fields)
     else:
         if (data_fields is None) != (meta_fields is None):
             raise TypeError(
@@ -217,7 +229,7 @@ def register_dataclass(
                 "register_dataclass: data_fields and meta_fields are required when nodetype is"
                 f" not a dataclass. Got {nodetype=}."
             )
-        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields)
+        data, meta = _dataclass_fields(nodetype, data_fields, meta_fields, drop_fields)
         _check_dataclass_fields(nodetype, data, meta, drop_fields)
         _register_with_jax_as_dag(nodetype)
     _core.register_dataclass_node(nodetype, data, meta, preserve_identity)
