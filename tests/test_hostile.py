@@ -744,3 +744,27 @@ def test_aux_report_takes_the_key_path_from_a_walk_that_keeps_one(monkeypatch):
         tu.tree_flatten_with_path({"a": [0, Holder(1.0)]})
     _aux._reset_warnings()
     assert "Holder node at key path ['a'][1] holds a numpy.ndarray" in str(record[0].message)
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. a tuple subclass whose `_fields` raises (red-team round 3, finding 5)
+
+
+class _FieldsRaise(tuple):
+    @property
+    def _fields(self):
+        raise AttributeError("computed, and absent here")
+
+
+def test_tuple_subclass_whose_fields_raise_is_a_leaf_as_in_jax():
+    # jaxlib's is_node says yes for the class (it has `_fields`), its flatten no for the object:
+    # the core's own per-object test decides, and the class is not adopted from jaxlib.
+    tree = [_FieldsRaise((1, 2)), {"k": _FieldsRaise(())}]
+    leaves, treedef = tu.tree_flatten(tree)
+    jax_leaves, jax_treedef = jtu.tree_flatten(tree)
+    assert leaves == jax_leaves
+    assert repr(treedef) == repr(jax_treedef)
+    assert tu.tree_map(lambda x: x, tree) == tree
+    assert [p for p, _ in tu.tree_leaves_with_path(tree)] == [
+        p for p, _ in jtu.tree_leaves_with_path(tree)
+    ]

@@ -223,6 +223,13 @@ def _adopt_jaxlib_node(node_type: type) -> tuple[Any, Any] | None:
         return None
     if not is_node(node_type):
         return None
+    if _jax_compat.jaxlib_calls_namedtuple_like(node_type):
+        # is_node says yes to every tuple subclass whose class has a `_fields` (a property too),
+        # registered or not; jaxlib then decides per object, as the core does for tuple
+        # subclasses. Adopted, a tuple whose `_fields` raises would fail its flatten (jaxlib's
+        # answer for it is "a leaf"). Such a class registered on jaxlib's registry alone is
+        # therefore read as a namedtuple.
+        return None
     build = _jax_compat.jax_treedef_from_node_data
 
     def unflatten(aux_data: Any, children: Any) -> Any:

@@ -81,6 +81,7 @@ __all__ = [
     "jax_registry_entry",
     "jax_treedef_from_node_data",
     "jax_treedef_from_state",
+    "jaxlib_calls_namedtuple_like",
     "jaxlib_flatten_one_level_with_keys",
     "jaxlib_is_node",
     "tree",
@@ -260,6 +261,31 @@ JAXLIB_BUILDS_FROM_NODE_DATA = hasattr(tree_util.PyTreeDef, "from_node_data_and_
 
 jaxlib_is_node: Callable[[type], bool] | None = getattr(tree_util.default_registry, "is_node", None)
 """jaxlib's ``default_registry.is_node`` (jaxlib 0.7 and later), else None."""
+
+def jaxlib_calls_namedtuple_like(tp: type) -> bool:
+    """Whether jaxlib's ``is_node`` says yes to ``tp`` without any registration: a tuple
+    subclass whose class has a ``_fields`` attribute (jaxlib 0.7 and later; asked of an empty
+    registry of jaxlib's own).
+
+    >>> import collections
+    >>> Point = collections.namedtuple("Point", "x")
+    >>> jaxlib_calls_namedtuple_like(Point) or jaxlib_is_node is None
+    True
+    >>> jaxlib_calls_namedtuple_like(list)
+    False
+    """
+    empty_is_node = getattr(_empty_jaxlib_registry(), "is_node", None)
+    return empty_is_node is not None and bool(empty_is_node(tp))
+
+
+_EMPTY_REGISTRY: list[Any] = []
+
+
+def _empty_jaxlib_registry() -> Any:
+    if not _EMPTY_REGISTRY:
+        _EMPTY_REGISTRY.append(type(tree_util.default_registry)())
+    return _EMPTY_REGISTRY[0]
+
 
 jaxlib_flatten_one_level_with_keys: Callable[[Any], Any] | None = getattr(
     tree_util.default_registry, "flatten_one_level_with_keys", None
