@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "small_vector.h"
+
 namespace fastree {
 
 // Owned reference with RAII release. The hot paths use raw PyObject* with explicit
@@ -398,17 +400,38 @@ struct Guarded<F> {
 template <auto F>
 constexpr auto Guard = &Guarded<F>::Call;
 
-// A new tuple of getattr(obj, name) for each name in the tuple `names`; null with an error set.
-inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {
-    const Py_ssize_t n = PyTuple_GET_SIZE(names);
-    Ref out(PyTuple_New(n));
-    if (!out) return nullptr;
+// A new tuple (kTuple) or list of `n` items, make(i) giving each as a new reference or null
+// with an error set; null with the error set if any fails. Every item is made first, into a
+// buffer of ours, and the container is allocated and filled only once all exist, with no Python
+// code in between. Making an item can run Python code (a callback, or any allocation of a
+// GC-tracked object: the cyclic GC and its finalizers), and a container allocated first is
+// GC-tracked with empty slots meanwhile: reachable half-built (gc.get_objects,
+// gc.get_referrers), where reading an empty slot crashes (red-team round 3, finding 1). Use it
+// wherever building an output's items can run Python code.
+template <bool kTuple, class Make>
+PyObject* NewSequenceOf(Py_ssize_t n, Make&& make) {
+    RefSmallVector<8> items;  // owned; released if a make fails
     for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
-        if (value == nullptr) return nullptr;
-        PyTuple_SET_ITEM(out.get(), i, value);  // steals
+        items.push_back(nullptr);  // the slot first: a push_back that throws leaks nothing
+        PyObject* item = make(i);
+        if (item == nullptr) return nullptr;
+        items[static_cast<size_t>(i)] = item;
     }
-    return out.release();
+    PyObject* out = kTuple ? PyTuple_New(n) : PyList_New(n);
+    if (out == nullptr) return nullptr;
+    PyObject** slots = kTuple ? reinterpret_cast<PyTupleObject*>(out)->ob_item
+                              : reinterpret_cast<PyListObject*>(out)->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) slots[i] = items[static_cast<size_t>(i)];
+    items.clear();  // the references now belong to `out`
+    return out;
+}
+
+// A new tuple of getattr(obj, name) for each name in the tuple `names`; null with an error set.
+// (getattr runs Python code: a property, __getattr__.)
+inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {
+    return NewSequenceOf<true>(PyTuple_GET_SIZE(names), [&](Py_ssize_t i) {
+        return PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, i));
+    });
 }
 
 // Transfer a vector of owned references into a new list (no INCREF: ownership moves).

@@ -53,7 +53,7 @@ built=("$WORK"/dist/fastree-*.whl)
 
 step "auditwheel show"
 "$PY" -m auditwheel show "${built[0]}" | tee "$WORK/show.txt"
-if "$PY" -m auditwheel repair --help | grep -q -- '--plat.*auto\|auto.*--plat\|{auto,\|(auto)'; then
+if "$PY" -m auditwheel repair --help | grep -qw auto; then  # auditwheel 6.4+: the detected tag
     plat=auto
 else
     # Older auditwheel: the tag its show output names ('... platform tag: "manylinux_2_17_x86_64"').

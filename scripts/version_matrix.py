@@ -324,7 +324,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--pytest-args",
         default="",
-        help='extra arguments for pytest, one shell-quoted string, e.g. "-x -q -k flatten"',
+        help='extra arguments for pytest, one shell-quoted string, e.g. "-x -q -k flatten" '
+        "(a single option needs the = form: --pytest-args=-x)",
     )
     parser.add_argument(
         "--keep-going",

@@ -9,6 +9,7 @@
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
 #include "node_kinds.h"
 #include "pyutils.h"
+#include "small_vector.h"
 #include "treedef.h"
 #include "walkers.h"
 
@@ -78,27 +79,33 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     NodeKind kind;
     if (SequenceItems(tree, &kind) == nullptr) return nullptr;
     const Py_ssize_t n = Py_SIZE(tree);
-    Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
-    if (!out || Py_SIZE(tree) != n) return nullptr;  // see FlattenLeafSequence
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
         if (reg != &registry::kLeaf) return nullptr;  // see FlattenLeafSequence
     }
-    // Every item is a leaf: take them all (f may change a list `tree`), then map them in place.
-    // The new container is ours alone until it is returned; its slots are written raw, per
-    // leaf, and `out` owns what they hold.
-    PyObject** target = kind == kTupleKind
-                            ? &PyTuple_GET_ITEM(out.get(), 0)
-                            : reinterpret_cast<PyListObject*>(out.get())->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* args[2] = {nullptr, target[i]};
+    // Every item is a leaf: take them all into a buffer of our own (f may change a list
+    // `tree`), map them there, and only then make the output. A container made first would be
+    // reachable from f half-built (GC-tracked, referring to the input's items) and could be
+    // resized under the walk (red-team round 3, repro_15). The buffer's memory comes from the
+    // C++ allocator (no GC runs): `items` is still valid for the copy.
+    RefSmallVector<16> mapped;  // owned
+    mapped.ResizeForOverwrite(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) mapped[static_cast<size_t>(i)] = Py_NewRef(items[i]);
+    for (size_t i = 0; i < mapped.size(); ++i) {
+        PyObject* args[2] = {nullptr, mapped[i]};
         PyObject* r = PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-        if (r == nullptr) return nullptr;  // f's error; `out` releases the rest
-        Py_SETREF(target[i], r);
+        if (r == nullptr) return nullptr;  // f's error; `mapped` releases the rest
+        Py_SETREF(mapped[i], r);
     }
-    return out.release();
+    // The allocation can run the GC (which cannot reach `mapped`); filling it runs no Python.
+    PyObject* out = kind == kTupleKind ? PyTuple_New(n) : PyList_New(n);
+    if (out == nullptr) return nullptr;
+    PyObject** target = kind == kTupleKind ? &PyTuple_GET_ITEM(out, 0)
+                                           : reinterpret_cast<PyListObject*>(out)->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) target[i] = mapped[static_cast<size_t>(i)];
+    mapped.clear();  // the references now belong to `out`
+    return out;
 }
 
 PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {

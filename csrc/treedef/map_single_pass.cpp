@@ -35,6 +35,7 @@
 #include "pointer_map.h"
 #include "kinds_read.h"
 #include "pyutils.h"
+#include "small_vector.h"
 #include "treedef.h"
 #include "walkers.h"
 
@@ -115,35 +116,45 @@ class SinglePassMapper {
         return PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items.get(), nullptr);
     }
 
-    // Lists and tuples. The output container is made first and filled with new references to
-    // the input's items, before anything can run Python code (f may change the input list);
-    // each is then replaced in place by its mapped value. No copy of the items goes through a
-    // buffer, which on small trees was a visible share of the call. The new container is ours
-    // alone until it is returned, so filling a tuple in place is safe.
+    // Lists and tuples. The input's items are taken into a buffer of the walk's own (new
+    // references, before anything can run Python code: f may change the input list) and mapped
+    // there; the output container is made only once every item is mapped, and filled without
+    // running Python code. Made first and filled as f runs, it would be reachable from f while
+    // half-built (it is GC-tracked and refers to the input's items: gc.get_referrers finds it),
+    // and an f that resized it would free the slots the walk writes to (red-team round 3,
+    // repro_15). The same holds for every output container of every walker: none is created
+    // before its last item is known.
     PyObject* MapSequence(PyObject* obj, bool is_list) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
-        Py_ssize_t n;
-        Ref out;
-        // The allocation can run the cyclic GC, and with it finalizers that resize a list: the
-        // size is checked again after it (a list resized meanwhile is mapped as it is now).
-        // Dropping an unfilled container runs no Python code.
-        do {
-            n = Py_SIZE(obj);
-            out = Ref(is_list ? PyList_New(n) : PyTuple_New(n));
-            if (!out) return nullptr;
-        } while (Py_SIZE(obj) != n);
-        // Nothing from here to the end of the copy runs Python code.
+        RefSmallVector<8> items;  // owned: the mapped values once MapEach has run
+        const Py_ssize_t n = Py_SIZE(obj);
+        // The buffer's memory comes from the C++ allocator, which never runs the cyclic GC:
+        // nothing from the size read to the end of the copy runs Python code.
+        items.ResizeForOverwrite(static_cast<size_t>(n));
         PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
                                           : reinterpret_cast<PyTupleObject*>(obj)->ob_item;
-        PyObject** target = is_list ? reinterpret_cast<PyListObject*>(out.get())->ob_item
-                                    : reinterpret_cast<PyTupleObject*>(out.get())->ob_item;
-        for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(source[i]);
-        if (!MapEach(static_cast<size_t>(n), [&](size_t i) -> PyObject*& { return target[i]; }) ||
+        for (Py_ssize_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = Py_NewRef(source[i]);
+        if (!MapEach(static_cast<size_t>(n), [&](size_t i) -> PyObject*& { return items[i]; }) ||
             failed()) {
-            return Stopped();  // `out` releases what it holds
+            return Stopped();  // `items` releases what it holds
         }
-        return out.release();
+        return MoveIntoNew(items, is_list);
+    }
+
+    // A new list or tuple holding `items`' references (handed over: `items` is left empty), or
+    // null with an error set (`items` still owns them). The allocation can run the GC, which
+    // cannot reach `items`; filling the new container runs no Python code.
+    template <size_t N>
+    static PyObject* MoveIntoNew(RefSmallVector<N>& items, bool is_list) {
+        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+        PyObject* out = is_list ? PyList_New(n) : PyTuple_New(n);
+        if (out == nullptr) return nullptr;
+        PyObject** target = is_list ? reinterpret_cast<PyListObject*>(out)->ob_item
+                                    : reinterpret_cast<PyTupleObject*>(out)->ob_item;
+        for (Py_ssize_t i = 0; i < n; ++i) target[i] = items[static_cast<size_t>(i)];
+        items.clear();  // the references now belong to `out`
+        return out;
     }
 
     // Plain dicts: the gathered items' values replaced in place, the dict rebuilt from them.

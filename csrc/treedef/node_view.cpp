@@ -33,13 +33,9 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
         type = Ref::FromBorrowed(PyTuple_GET_ITEM(nd.get(), 0));
         data = Ref::FromBorrowed(PyTuple_GET_ITEM(nd.get(), 1));
     }
-    Ref keys(PyTuple_New(node.arity));
+    // Making a key can run Python code (the key makers): NewSequenceOf (pyutils.h).
+    Ref keys(NewSequenceOf<true>(node.arity, [&](Py_ssize_t k) { return kinds::ChildKey(parts, k); }));
     if (!keys) return nullptr;
-    for (Py_ssize_t k = 0; k < node.arity; ++k) {
-        PyObject* key = kinds::ChildKey(parts, k);
-        if (key == nullptr) return nullptr;
-        PyTuple_SET_ITEM(keys.get(), k, key);
-    }
     const Py_ssize_t ref = node.IsSharedRef() ? node.ref : -1;
     return Py_BuildValue("(OOOnnnO)", kind.get(), type.get(), data.get(),
                          static_cast<Py_ssize_t>(node.arity),
@@ -49,14 +45,8 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
 }  // namespace
 
 PyObject* NodeRecords(const TreeDef& def) {
-    Ref out(PyTuple_New(def.num_nodes()));
-    if (!out) return nullptr;
-    for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
-        PyObject* record = NodeRecord(def, i);
-        if (record == nullptr) return nullptr;
-        PyTuple_SET_ITEM(out.get(), i, record);
-    }
-    return out.release();
+    // Each record runs Python code (allocations, key makers): NewSequenceOf (pyutils.h).
+    return NewSequenceOf<true>(def.num_nodes(), [&](Py_ssize_t i) { return NodeRecord(def, i); });
 }
 
 }  // namespace fastree

@@ -13,20 +13,14 @@ namespace {
 
 PyObject* PairsFromPaths(std::vector<PyObject*>& paths, bool as_tuple) {
     // paths[i] is ((key,), child): turn each into (key, child).
+    // Each pair allocates (the cyclic GC can run): NewSequenceOf (pyutils.h). `paths` is the
+    // caller's and owns every entry across the calls.
     const Py_ssize_t n = static_cast<Py_ssize_t>(paths.size());
-    Ref out(as_tuple ? PyTuple_New(n) : PyList_New(n));
-    if (!out) return nullptr;
-    for (Py_ssize_t i = 0; i < n; ++i) {
+    auto pair = [&](Py_ssize_t i) {
         PyObject* path = PyTuple_GET_ITEM(paths[i], 0);
-        PyObject* pair = PyTuple_Pack(2, PyTuple_GET_ITEM(path, 0), PyTuple_GET_ITEM(paths[i], 1));
-        if (pair == nullptr) return nullptr;
-        if (as_tuple) {
-            PyTuple_SET_ITEM(out.get(), i, pair);
-        } else {
-            PyList_SET_ITEM(out.get(), i, pair);
-        }
-    }
-    return out.release();
+        return PyTuple_Pack(2, PyTuple_GET_ITEM(path, 0), PyTuple_GET_ITEM(paths[i], 1));
+    };
+    return as_tuple ? NewSequenceOf<true>(n, pair) : NewSequenceOf<false>(n, pair);
 }
 
 // A custom node's own answer, checked as JAX checks it: (children, aux) with the children as the

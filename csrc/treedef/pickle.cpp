@@ -17,24 +17,19 @@ namespace fastree {
 static constexpr long kPickleVersion = 1;
 
 PyObject* State(const TreeDef& def) {
-    Ref nodes(PyTuple_New(def.num_nodes()));
-    if (!nodes) return nullptr;
-    for (Py_ssize_t i = 0; i < def.num_nodes(); ++i) {
+    // Each entry allocates (the cyclic GC can run): NewSequenceOf (pyutils.h).
+    Ref nodes(NewSequenceOf<true>(def.num_nodes(), [&](Py_ssize_t i) -> PyObject* {
         const Node& node = def.nodes[i];
-        PyObject* entry;
         if (node.IsLeaf() || node.IsSharedRef()) {
             const Py_ssize_t ref = node.IsSharedRef() ? node.ref : -1;
-            entry = Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, ref);
-        } else {
-            Ref nd(kinds::NodeData(PartsOf(def, node)));
-            if (!nd) return nullptr;
-            entry = Py_BuildValue("(OOnn)", PyTuple_GET_ITEM(nd.get(), 0),
-                                  PyTuple_GET_ITEM(nd.get(), 1), static_cast<Py_ssize_t>(node.arity),
-                                  Py_ssize_t{-1});
+            return Py_BuildValue("(OOnn)", Py_None, Py_None, Py_ssize_t{0}, ref);
         }
-        if (entry == nullptr) return nullptr;
-        PyTuple_SET_ITEM(nodes.get(), i, entry);
-    }
+        Ref nd(kinds::NodeData(PartsOf(def, node)));
+        if (!nd) return nullptr;
+        return Py_BuildValue("(OOnn)", PyTuple_GET_ITEM(nd.get(), 0), PyTuple_GET_ITEM(nd.get(), 1),
+                             static_cast<Py_ssize_t>(node.arity), Py_ssize_t{-1});
+    }));
+    if (!nodes) return nullptr;
     return Py_BuildValue("(lO)", kPickleVersion, nodes.get());
 }
 

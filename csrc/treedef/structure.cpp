@@ -112,16 +112,13 @@ PyObject* Children(const TreeDef& def) {
     if (def.nodes.empty()) return PyList_New(0);
     std::vector<Py_ssize_t> roots;
     def.ChildRoots(def.num_nodes() - 1, &roots);
-    Ref list(PyList_New(static_cast<Py_ssize_t>(roots.size())));
-    if (!list) return nullptr;
-    for (size_t i = 0; i < roots.size(); ++i) {
+    // Each treedef object allocates (the cyclic GC can run): NewSequenceOf (pyutils.h).
+    return NewSequenceOf<false>(static_cast<Py_ssize_t>(roots.size()), [&](Py_ssize_t i) {
         TreeDef child;
-        child.AppendRange(def, SubtreeBegin(def, roots[i]), roots[i] + 1);
-        PyObject* wrapped = WrapTreeDef(std::move(child));
-        if (wrapped == nullptr) return nullptr;
-        PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), wrapped);
-    }
-    return list.release();
+        child.AppendRange(def, SubtreeBegin(def, roots[static_cast<size_t>(i)]),
+                          roots[static_cast<size_t>(i)] + 1);
+        return WrapTreeDef(std::move(child));
+    });
 }
 
 PyObject* Compose(const TreeDef& outer, const TreeDef& inner) {

@@ -1,0 +1,229 @@
+"""No output container is reachable from Python code before it is complete (red-team round 3, 1).
+
+A list or tuple made with ``PyList_New`` / ``PyTuple_New`` is GC-tracked from birth, with empty
+slots. If a walker makes it first and then fills it while running Python code (f, a custom
+flatten, a property, a key maker, or any allocation, which can run the cyclic GC and its
+finalizers), that code can find it through ``gc.get_referrers`` / ``gc.get_objects``: reading an
+empty slot crashes, and resizing it frees the slots the walker writes to (repro_15). Every walker
+now makes its outputs' items first and the container last (``NewSequenceOf`` in
+``csrc/pyutils.h``, ``MapSequence`` in ``csrc/treedef/map_single_pass.cpp``).
+
+These tests play the hostile program in a child interpreter (a crash fails the test instead of
+ending the run), over every entry point that builds a container:
+
+* introspecting callbacks: f / flatten / property code that looks for every list and tuple
+  referring to its argument, resizes the lists and reads the tuples;
+* finalizers: garbage cycles with a ``__del__`` that reads every list and tuple the GC knows,
+  collected on every allocation (``gc.set_threshold(1)``) while the walkers run.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from helpers import run_script_results
+
+_PRELUDE = textwrap.dedent(
+    """
+    import collections, dataclasses, gc, pickle, sys
+    import fastree.tree_util as tu
+    import fastree.tree as ft
+
+    Point = collections.namedtuple("Point", "x y")
+
+    PROTECTED = set()  # ids of the inputs' own containers: only the walkers' are meddled with
+
+    def meddle(x):
+        # Every list and tuple referring to x: lists are emptied and refilled, tuples read.
+        for r in gc.get_referrers(x):
+            if id(r) in PROTECTED:
+                continue
+            if type(r) is list and len(r) >= 3:
+                r.clear()
+                r.extend(bytearray(8) for _ in range(200))
+            elif type(r) is tuple:
+                repr(r)
+
+    class Marker:
+        pass
+
+    def protect(*trees):
+        # The inputs' own containers (lists, tuples, dicts, anything holding a Marker).
+        stack = list(trees)
+        while stack:
+            t = stack.pop()
+            if id(t) in PROTECTED or isinstance(t, Marker):
+                continue
+            PROTECTED.add(id(t))
+            if isinstance(t, (list, tuple)):
+                stack.extend(t)
+            elif isinstance(t, dict):
+                stack.extend(t.values())
+            elif hasattr(t, "__dict__"):
+                stack.append(vars(t))
+    """
+)
+
+
+def _run(body: str) -> dict[str, str]:
+    results, proc = run_script_results(_PRELUDE + textwrap.dedent(body))
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-3000:]}"
+    return results
+
+
+def test_tree_map_output_is_not_reachable_from_f():
+    results = _run(
+        """
+        for make in (list, tuple, lambda xs: Point(xs[0], xs[1:]), lambda xs: {i: x for i, x in enumerate(xs)}):
+            for warm in range(2):  # cold (the type memo is empty) and warm (the fast paths)
+                items = [Marker() for _ in range(50)]
+                src = make(items)
+                outer = [src, (src,)]
+                PROTECTED.clear()
+                protect(items, outer)
+                def f(x):
+                    meddle(x)
+                    return 1
+                out = tu.tree_map(f, src)
+                assert tu.tree_leaves(out) == [1] * len(tu.tree_leaves(src)), out
+                out = tu.tree_map(f, outer)
+                assert tu.tree_leaves(out) == [1] * (2 * len(tu.tree_leaves(src)))
+        print("ok=1")
+        """
+    )
+    assert results["ok"] == "1"
+
+
+def test_outputs_are_not_reachable_from_flatten_callbacks_and_properties():
+    results = _run(
+        """
+        class Box:
+            def __init__(self, items):
+                self.items = items
+
+        def box_flatten(b):
+            for item in b.items:
+                meddle(item)
+            return list(b.items), None
+
+        tu.register_pytree_node(Box, box_flatten, lambda _, c: Box(list(c)))
+
+        @tu.register_dataclass
+        @dataclasses.dataclass
+        class Cell:
+            a: object
+            b: object
+            c: object
+
+        class MeddlingCell(Cell):
+            @property
+            def b(self):
+                meddle(self.a)
+                return self.__dict__["b"]
+
+            @b.setter
+            def b(self, value):
+                self.__dict__["b"] = value
+
+        tu.register_dataclass(MeddlingCell, data_fields=["a", "b", "c"], meta_fields=[])
+        leaves = [Marker() for _ in range(3)]
+        tree = [Box(leaves), MeddlingCell(*leaves), (leaves[0], leaves[1], leaves[2])]
+        protect(leaves, tree)
+        for _ in range(3):
+            flat, treedef = tu.tree_flatten(tree)
+            assert len(flat) == 9
+            tu.tree_map(lambda x: x, tree)
+            tu.tree_flatten_with_path(tree)
+            tu.tree_structure(tree).children()
+            tu.flatten_one_level(tree)
+            tu.default_registry.flatten_one_level_with_keys(tree)
+        print("ok=1")
+        """
+    )
+    assert results["ok"] == "1"
+
+
+def test_outputs_survive_finalizers_that_read_every_container():
+    # Garbage cycles whose finalizer reads every list and tuple the GC tracks, collected at
+    # (nearly) every allocation of a GC-tracked object while each entry point runs.
+    results = _run(
+        """
+        class Reader:
+            def __init__(self):
+                self.cycle = self
+
+            def __del__(self):
+                for o in gc.get_objects():
+                    if type(o) in (list, tuple):
+                        for item in o:  # an empty slot here would crash
+                            pass
+
+        def litter(x):
+            Reader()
+            return x
+
+        class Box:
+            def __init__(self, items):
+                self.items = items
+
+        tu.register_pytree_node(
+            Box, lambda b: (litter(list(b.items)), None), lambda _, c: Box(list(c))
+        )
+
+        @tu.register_dataclass
+        @dataclasses.dataclass
+        class Cell:
+            a: object
+            b: object
+
+        tree = {
+            "box": Box([1.0, 2.0, (3.0, 4.0)]),
+            "cell": Cell([5.0, 6.0], {"k": 7.0}),
+            "pt": Point(8.0, [9.0]),
+            "seq": [float(i) for i in range(20)],
+        }
+        treedef = tu.tree_structure(tree)
+        leaves = tu.tree_leaves(tree)
+        ops = {
+            "flatten": lambda: tu.tree_flatten(tree),
+            "map": lambda: tu.tree_map(litter, tree),
+            "map_seq": lambda: tu.tree_map(litter, tree["seq"]),
+            "map2": lambda: tu.tree_map(lambda a, b: litter(a), tree, tree),
+            "with_path": lambda: tu.tree_flatten_with_path(tree),
+            "unflatten": lambda: tu.tree_unflatten(treedef, leaves),
+            "children": lambda: treedef.children(),
+            "pickle": lambda: pickle.loads(pickle.dumps(treedef)),
+            "one_level": lambda: tu.default_registry.flatten_one_level_with_keys(tree),
+            "flatten_up_to": lambda: treedef.flatten_up_to(tree),
+            "transpose": lambda: tu.tree_transpose(
+                tu.tree_structure([0, 0]), tu.tree_structure((0, 0)), [(1, 2), (3, 4)]
+            ),
+            "node_data": lambda: [t.node_data() for t in treedef.children()],
+        }
+        gc.collect()
+        old = gc.get_threshold()
+        gc.set_threshold(1, 1, 1)
+        try:
+            for name, op in ops.items():
+                for _ in range(3):
+                    op()
+                print(f"{name}=ok")
+        finally:
+            gc.set_threshold(*old)
+        """
+    )
+    for name in (
+        "flatten",
+        "map",
+        "map_seq",
+        "map2",
+        "with_path",
+        "unflatten",
+        "children",
+        "pickle",
+        "one_level",
+        "flatten_up_to",
+        "transpose",
+        "node_data",
+    ):
+        assert results.get(name) == "ok", name
