@@ -234,6 +234,17 @@ def flatten_one_level_with_keys(tree: Any) -> tuple[Iterable[tuple[Any, Any]], A
     return out
 
 
+def build_tree(treedef: PyTreeDef, xs: Any) -> Any:
+    """The tree of ``treedef`` over the nested iterables ``xs`` (one per node, leaves as is).
+
+    JAX's name up to jax 0.4.x (later ones dropped it); ``treedef.from_iterable_tree(xs)``.
+
+    >>> build_tree(tree_structure([(1, 2), {'a': 3}]), [[10, 11], [12]])
+    [(10, 11), {'a': 12}]
+    """
+    return treedef.from_iterable_tree(xs)
+
+
 def is_tree_node(typ: type) -> bool:
     """True if instances of ``typ`` are pytree nodes (built-in, registered or namedtuple).
 
@@ -253,6 +264,7 @@ __all__ = [
     "PyTreeDef",
     "SequenceKey",
     "all_leaves",
+    "build_tree",
     "default_registry",
     "flatten_one_level",
     "flatten_one_level_with_keys",
