@@ -1,6 +1,7 @@
 // PyTreeDef._nodes(): the core's own description of every node, so the Python layer (diffs,
 // fingerprints, serialization, audits) reads kinds and child keys instead of re-deriving them
 // from types and node data.
+#include "keys.h"
 #include "node_kinds.h"
 #include "pyutils.h"
 #include "treedef.h"
@@ -45,6 +46,10 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
 }  // namespace
 
 PyObject* NodeRecords(const TreeDef& def) {
+    // The key entries of a container past the key cache's 2**17 children are made in one block
+    // and kept for the whole call: outside a walk, each would come from a block of its own,
+    // thrown away (quadratic in the arity: red-team round 3, repro_17).
+    keys::WalkScope key_scope;
     // Each record runs Python code (allocations, key makers): NewSequenceOf (pyutils.h).
     return NewSequenceOf<true>(def.num_nodes(), [&](Py_ssize_t i) { return NodeRecord(def, i); });
 }

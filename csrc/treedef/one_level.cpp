@@ -72,6 +72,7 @@ PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys) {
     TreeDef def;
     RefVector children;
     RefVector paths;
+    keys::WalkScope key_scope;  // a wide node's entries made once per call (see NodeRecords)
     bool ok = FlattenOneLevel(tree, &def, &children, with_keys ? &paths : nullptr);
     Ref data;
     if (ok) {

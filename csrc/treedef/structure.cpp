@@ -29,6 +29,7 @@ PyObject* DataPart(const TreeDef& def, const Node& node) {
 }  // namespace
 
 std::string KeyPathString(const TreeDef& def, Py_ssize_t index) {
+    keys::WalkScope key_scope;  // a wide node's entries made once per call (see NodeRecords)
     std::string out;
     Py_ssize_t at = def.num_nodes() - 1;
     std::vector<Py_ssize_t> roots;
