@@ -8,7 +8,7 @@ libraries to match it), then ``python -m pytest`` from the repository root with 
 
 Combinations (name: Python, JAX):
 
-    lowest        3.10  jax==0.4.36  jaxlib==0.4.36   (the oldest pyproject.toml allows)
+    lowest        3.10  jax==0.6.2   jaxlib==0.6.2    (the oldest pyproject.toml allows)
     py311-jax06   3.11  jax==0.6.2   jaxlib==0.6.2
     py311-jax010  3.11  jax==0.10.2  jaxlib==0.10.2
     py312-newest  3.12  newest jax
@@ -57,7 +57,7 @@ class Combination:
 
 
 COMBINATIONS = (
-    Combination("lowest", "3.10", ("jax==0.4.36", "jaxlib==0.4.36")),
+    Combination("lowest", "3.10", ("jax==0.6.2", "jaxlib==0.6.2")),
     Combination("py311-jax06", "3.11", ("jax==0.6.2", "jaxlib==0.6.2")),
     Combination("py311-jax010", "3.11", ("jax==0.10.2", "jaxlib==0.10.2")),
     Combination("py312-newest", "3.12", ()),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import dataclasses
 import itertools
 import re
@@ -59,6 +60,7 @@ def jax_has(*names: str) -> bool:
     """True if the installed JAX has every dotted name, e.g. "tree_util.is_tree_node".
 
     Roots: ``tree_util`` and ``tree`` (the modules), ``PyTreeDef`` and ``default_registry``.
+    ``"tree_util.keystr(simple)"`` asks for a parameter of the function too.
     """
     roots = {
         "tree_util": jtu,
@@ -67,9 +69,17 @@ def jax_has(*names: str) -> bool:
         "default_registry": jtu.default_registry,
     }
     for name in names:
+        name, _, param = name.rstrip(")").partition("(")
         root, _, attr = name.partition(".")
         if not hasattr(roots[root], attr):
             return False
+        if param:
+            try:
+                params = inspect.signature(getattr(roots[root], attr)).parameters
+            except (TypeError, ValueError):  # a builtin without a signature: assume it has it
+                continue
+            if param not in params:
+                return False
     return True
 
 

@@ -44,6 +44,7 @@ def test_flatten_one_level_matches_jax_registry(tree):
     _one_level_equal(REG.flatten_one_level(tree), JREG.flatten_one_level(tree))
 
 
+@requires_jax("default_registry.flatten_one_level_with_keys")
 @pytest.mark.parametrize("tree", TREES, ids=TREE_IDS)
 def test_flatten_one_level_with_keys_matches_jax_registry(tree, request):
     got, expected = REG.flatten_one_level_with_keys(tree), JREG.flatten_one_level_with_keys(tree)
@@ -81,6 +82,7 @@ def test_flatten_matches_jax_registry(tree, pred):
     assert isinstance(treedef, fastree.PyTreeDef)
 
 
+@requires_jax("default_registry.flatten_with_path")
 @pytest.mark.parametrize("tree", TREES, ids=TREE_IDS)
 def test_flatten_with_path_calls_the_predicate_as_jax_does(tree):
     def recorder(calls, answer):

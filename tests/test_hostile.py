@@ -270,6 +270,9 @@ def test_map_mismatch_keeps_the_recursion_budget():
     assert used_recursion_depth() == before
 
 
+@pytest.mark.skipif(
+    not fastree._map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
+)
 def test_keyboard_interrupt_inside_the_explanation_propagates():
     calls = {"n": 0}
 
@@ -310,6 +313,9 @@ def test_keyboard_interrupt_inside_flatten_up_to_is_not_replaced():
         tu.tree_map(lambda a, b: a, tree, other, is_leaf=lambda x: False)
 
 
+@pytest.mark.skipif(
+    not fastree._map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
+)
 def test_an_error_raised_while_explaining_propagates_with_the_mismatch_as_context():
     class Odd:
         def __init__(self, v):

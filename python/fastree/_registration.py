@@ -161,7 +161,8 @@ def _check_dataclass_fields(
     # The rules JAX's register_dataclass enforces, for the identity-preserving path (which
     # registers with JAX through other functions and so does not get JAX's checks).
     if dataclasses.is_dataclass(nodetype):
-        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        init_fields -= _jax_compat.jax_dropped_names(drop_fields)
         given = {*data, *meta}
         if given != init_fields:
             # JAX's text (every supported release): each part only when it has fields.
