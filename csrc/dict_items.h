@@ -77,13 +77,35 @@ inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
 // `wrap_error`: a dict's keys are sorted as jaxlib sorts them (see key_sort.h), and a comparison
 // that raises becomes JAX's C++ ValueError; a defaultdict is sorted as JAX's Python flatten
 // sorts it (SortItemsLikeSorted).
+//
+// After a sort that ran Python code, each value is read again from the dict, by key, as jaxlib
+// does (it sorts a snapshot of the keys, then looks every value up): a comparison that changed
+// the dict is seen as JAX sees it, a key it removed raising JAX's KeyError (red-team round 3,
+// repro_19). Where the keys are str or int, sorting runs no Python code and the gathered values
+// are the dict's (GatherDictItems).
 inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error) {
     auto key_of = [](const Item& item) { return item.key; };
     if (!wrap_error) return SortItemsLikeSorted(dict, items);
-    if (JaxStableSortKeys(items.begin(), items.end(), key_of)) return true;
-    RaiseFromCurrent(PyExc_ValueError,
-                     "Comparator raised exception while sorting pytree dictionary keys.");
-    return false;
+    if (!JaxStableSortKeys(items.begin(), items.end(), key_of)) {
+        RaiseFromCurrent(PyExc_ValueError,
+                         "Comparator raised exception while sorting pytree dictionary keys.");
+        return false;
+    }
+    // The lookups run Python code (__hash__, __eq__) and releasing an old value can run a
+    // finalizer: each item's key is held across its step, the value looked up is owned before
+    // the old one is released, and `items` is indexed afresh per step (it is ours alone).
+    for (size_t i = 0; i < items.size(); ++i) {
+        Ref key = Ref::FromBorrowed(items[i].key);
+        PyObject* found = PyDict_GetItemWithError(dict, key.get());  // borrowed: taken at once
+        if (found == nullptr) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.get());
+            return false;
+        }
+        Ref value = Ref::FromBorrowed(found);
+        Ref old(items[i].value);  // released at the end of the step, after the swap
+        items[i].value = value.release();
+    }
+    return true;
 }
 
 // `wrap_error`: see SortItemsByPython. `want_keys`: false leaves the keys out (null) where that saves

@@ -20,6 +20,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "aux_check.h"
@@ -236,18 +237,25 @@ bool NamedTupleKind::Read(Walk& w, PyObject* obj, const Registration*) {
     return TupleKind::ReadTuple(w, obj, kKind);
 }
 
+// A list is read as jaxlib reads one: its length when the walk reaches it is its number of
+// children, and child i is the item at position i when the walk gets there (a callback that
+// replaces items ahead of the walk is seen doing so, one that appends is not). jaxlib reads past
+// the end of a list that shrank meanwhile; here that is a RuntimeError (ListShrank). Every walker
+// reads lists this way (flatten and its variants, tree_map's single pass), so a list mutated
+// during a walk gives one answer, JAX's (red-team round 3, finding 4; README, "Reliability").
 template <class Walk>
 bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
     RecursionGuard guard(kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
+    const Py_ssize_t n = PyList_GET_SIZE(obj);
     if constexpr (Walk::kPaths) {
-        if (!keys::ReserveSequence(PyList_GET_SIZE(obj))) return false;
+        if (!keys::ReserveSequence(n)) return false;
     }
-    // A callback (is_leaf, a custom flatten) may mutate the list while we walk it: re-read the
-    // size each step and hold a reference to the item we descend into.
-    Py_ssize_t i = 0;
-    for (; i < PyList_GET_SIZE(obj); ++i) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        // Size and item are read afresh per step: a callback may have changed the list. A
+        // reference is held to the item we descend into.
+        if (i >= PyList_GET_SIZE(obj)) return ListShrank(n, PyList_GET_SIZE(obj));
         // The reference taken below misses the cache on every leaf of a big list: ask for the
         // one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
         if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
@@ -257,7 +265,7 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
         if constexpr (Walk::kPaths) key = keys::Sequence(i);
         if (!w.template Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
     }
-    if constexpr (Walk::kDef) return w.Finish(kKind, mark, i);
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n);
     return true;
 }
 

@@ -426,6 +426,17 @@ PyObject* NewSequenceOf(Py_ssize_t n, Make&& make) {
     return out;
 }
 
+// A list that a callback shrank while a walk read it (kinds_read.h, ListKind::Read): where
+// jaxlib reads past its end, fastree stops with this error. Always false.
+[[gnu::cold, gnu::noinline]] inline bool ListShrank(Py_ssize_t was, Py_ssize_t now) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "a list in the pytree changed size while it was being flattened (%zd items when "
+                 "the walk reached it, %zd now): a callback (is_leaf, a custom node's flatten "
+                 "function, tree_map's f) must not remove items from a list being walked",
+                 was, now);
+    return false;
+}
+
 // A new tuple of getattr(obj, name) for each name in the tuple `names`; null with an error set.
 // (getattr runs Python code: a property, __getattr__.)
 inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {

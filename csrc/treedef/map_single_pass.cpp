@@ -116,29 +116,41 @@ class SinglePassMapper {
         return PyObject_Call(reinterpret_cast<PyObject*>(Py_TYPE(obj)), items.get(), nullptr);
     }
 
-    // Lists and tuples. The input's items are taken into a buffer of the walk's own (new
-    // references, before anything can run Python code: f may change the input list) and mapped
-    // there; the output container is made only once every item is mapped, and filled without
-    // running Python code. Made first and filled as f runs, it would be reachable from f while
-    // half-built (it is GC-tracked and refers to the input's items: gc.get_referrers finds it),
-    // and an f that resized it would free the slots the walk writes to (red-team round 3,
-    // repro_15). The same holds for every output container of every walker: none is created
-    // before its last item is known.
+    // Lists and tuples. Each mapped value goes into a buffer of the walk's own; the output
+    // container is made only once every item is mapped, and filled without running Python code.
+    // Made first and filled as f runs, it would be reachable from f while half-built (it is
+    // GC-tracked and refers to the input's items: gc.get_referrers finds it), and an f that
+    // resized it would free the slots the walk writes to (red-team round 3, repro_15). The same
+    // holds for every output container of every walker: none is created before its last item
+    // is known. A list is read as flatten reads it (ListKind::Read, kinds_read.h): its length
+    // when reached, item i when the walk gets there; a tuple is immutable.
     PyObject* MapSequence(PyObject* obj, bool is_list) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
-        RefSmallVector<8> items;  // owned: the mapped values once MapEach has run
+        RefSmallVector<8> items;  // owned: item i, then its mapped value; null until read
         const Py_ssize_t n = Py_SIZE(obj);
-        // The buffer's memory comes from the C++ allocator, which never runs the cyclic GC:
-        // nothing from the size read to the end of the copy runs Python code.
+        // The buffer's memory comes from the C++ allocator, which never runs the cyclic GC.
         items.ResizeForOverwrite(static_cast<size_t>(n));
-        PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
-                                          : reinterpret_cast<PyTupleObject*>(obj)->ob_item;
-        for (Py_ssize_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = Py_NewRef(source[i]);
-        if (!MapEach(static_cast<size_t>(n), [&](size_t i) -> PyObject*& { return items[i]; }) ||
-            failed()) {
-            return Stopped();  // `items` releases what it holds
+        for (Py_ssize_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = nullptr;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject*& slot = items[static_cast<size_t>(i)];  // ours alone: stays valid
+            if (is_list) {
+                if (i >= PyList_GET_SIZE(obj)) {
+                    ListShrank(n, PyList_GET_SIZE(obj));
+                    return nullptr;
+                }
+                slot = Py_NewRef(PyList_GET_ITEM(obj, i));
+            } else {
+                slot = Py_NewRef(PyTuple_GET_ITEM(obj, i));
+            }
+            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
+            if (i + 1 < Py_SIZE(obj)) PrefetchDictEntries(
+                is_list ? PyList_GET_ITEM(obj, i + 1) : PyTuple_GET_ITEM(obj, i + 1));
+            PyObject* mapped = Visit(slot);
+            if (mapped == nullptr) return nullptr;  // a flatten error; `items` releases the rest
+            Py_SETREF(slot, mapped);
         }
+        if (failed()) return Stopped();
         return MoveIntoNew(items, is_list);
     }
 

@@ -97,7 +97,15 @@ def first_difference(
         if occurrence.node is None:
             continue  # a leaf is a prefix of anything (a repeat is a cycle: not in a prefix)
         p = occurrence.obj
-        f = full if occurrence.parent < 0 else full_children[occurrence.parent][occurrence.position]
+        if occurrence.parent < 0:
+            f = full
+        else:
+            siblings = full_children[occurrence.parent]
+            if occurrence.position >= len(siblings):
+                # The prefix's node has more children now than when it was compared with the
+                # full tree's: a callback changed the trees under the explanation.
+                return _changed_while_explaining(walk.path_of(occurrence))
+            f = siblings[occurrence.position]
         if type(p) is not type(f):
             return _different_types(walk.path_of(occurrence), p, f)
         f_level = _core.flatten_one_level_with_keys(f)
@@ -115,8 +123,13 @@ def first_difference(
         p_keys = tuple(k for k, _ in p_pairs)
         f_keys = tuple(k for k, _ in f_pairs)
         if isinstance(p, (list, tuple)):
-            if len(p) != len(f):
-                return _different_lengths(walk.path_of(occurrence), p, f)
+            # The lengths of the children read just now (one snapshot per node, as the walk
+            # reads them), never a second, live len(): a list changed in between is compared as
+            # it was read.
+            if len(p_pairs) != len(f_pairs):
+                return _different_lengths(
+                    walk.path_of(occurrence), p, len(p_pairs), len(f_pairs)
+                )
         elif len(p_pairs) != len(f_pairs):
             return _different_numbers(walk.path_of(occurrence), p, p_keys, f_keys)
         if p_meta != f_meta:
@@ -136,14 +149,22 @@ def _different_types(path: KeyPath, p: Any, f: Any) -> Explanation:
     )
 
 
-def _different_lengths(path: KeyPath, p: Any, f: Any) -> Explanation:
+def _different_lengths(path: KeyPath, p: Any, p_length: int, f_length: int) -> Explanation:
     kind = type(p).__name__
     return lambda name: ValueError(
         f"pytree structure error: different lengths of {kind} at key path\n"
         f"    {name}{_keystr(path)}\n"
         f"At that key path, the prefix pytree {name} has a subtree of type "
-        f"{kind} of length {len(p)}, but the full pytree "
-        f"has a subtree of the same type but of length {len(f)}."
+        f"{kind} of length {p_length}, but the full pytree "
+        f"has a subtree of the same type but of length {f_length}."
+    )
+
+
+def _changed_while_explaining(path: KeyPath) -> Explanation:
+    return lambda name: ValueError(
+        "pytree structure error: the trees changed while their mismatch was being explained"
+        f" (at key path {name}{_keystr(path)}): a callback (is_leaf, a custom node's flatten"
+        " function) mutated them"
     )
 
 
