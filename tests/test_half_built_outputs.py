@@ -74,7 +74,8 @@ def _run(body: str) -> dict[str, str]:
 def test_tree_map_output_is_not_reachable_from_f():
     results = _run(
         """
-        for make in (list, tuple, lambda xs: Point(xs[0], xs[1:]), lambda xs: {i: x for i, x in enumerate(xs)}):
+        makers = (list, tuple, lambda xs: Point(xs[0], xs[1:]), lambda xs: dict(enumerate(xs)))
+        for make in makers:
             for warm in range(2):  # cold (the type memo is empty) and warm (the fast paths)
                 items = [Marker() for _ in range(50)]
                 src = make(items)

@@ -774,3 +774,24 @@ def test_tuple_subclass_whose_fields_raise_is_a_leaf_as_in_jax():
     assert [p for p, _ in tu.tree_leaves_with_path(tree)] == [
         p for p, _ in jtu.tree_leaves_with_path(tree)
     ]
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. flatten_up_to of a namedtuple of a registered namedtuple type (red-team round 3, finding 6)
+
+
+_NTExpected = collections.namedtuple("_NTExpected", "x y")
+_NTRegistered = collections.namedtuple("_NTRegistered", "x y")
+tu.register_pytree_node(_NTRegistered, lambda b: (tuple(b), None), lambda _, c: _NTRegistered(*c))
+
+
+def test_flatten_up_to_namedtuple_of_a_registered_namedtuple_type_is_jaxs_error():
+    # JAX's testFlattenUpToErrors41: JAX asks the object (a tuple with `_fields`), not the
+    # registry, so the error is the type mismatch, not "Expected named tuple".
+    jax_error = capture(
+        lambda: jtu.tree_structure(_NTExpected(1, 2)).flatten_up_to(_NTRegistered(1, 2))
+    )
+    error = capture(lambda: tu.tree_structure(_NTExpected(1, 2)).flatten_up_to(_NTRegistered(1, 2)))
+    assert type(error) is type(jax_error) is ValueError
+    assert str(error) == str(jax_error)
+    assert str(error).startswith("Named tuple type mismatch: expected type:")

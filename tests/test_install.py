@@ -501,6 +501,37 @@ def test_fastree_run_module(tmp_path):
     assert "argv ['z']" in proc.stdout and "routed True True" in proc.stdout
 
 
+def test_fastree_run_reaches_child_processes(tmp_path):
+    # pytest-xdist workers, multiprocessing and subprocess children inherit FASTREE_INSTALL=1.
+    if not _pth_installed():
+        pytest.skip("fastree_install.pth is not installed in this environment")
+    (tmp_path / "probe_child.py").write_text(_PROBE)
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        textwrap.dedent(
+            f"""
+            import multiprocessing, subprocess, sys
+
+            def child_routed(_):
+                import jax, fastree
+                return jax.tree_util.tree_map is fastree.tree_util.tree_map
+
+            if __name__ == "__main__":
+                out = subprocess.run([sys.executable, {str(tmp_path / "probe_child.py")!r}],
+                                     capture_output=True, text=True)
+                print("subprocess", out.stdout.splitlines()[1])
+                ctx = multiprocessing.get_context("spawn")
+                with ctx.Pool(1) as pool:
+                    print("spawned", pool.map(child_routed, [0]))
+            """
+        )
+    )
+    proc = _run(["-m", "fastree.run", str(parent)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "subprocess routed True True" in proc.stdout
+    assert "spawned [True]" in proc.stdout
+
+
 def test_fastree_run_passes_the_exit_status_and_usage(tmp_path):
     script = tmp_path / "exit.py"
     script.write_text("raise SystemExit(3)\n")

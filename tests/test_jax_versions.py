@@ -31,7 +31,7 @@ import jax
 import pytest
 from fastree import _jax_compat, _key_makers
 from fastree._jax_compat import tree_util as jtu
-from helpers import assert_same_error, capture
+from helpers import assert_same_error
 
 # ------------------------------------------------------------------------------------------------
 # iterable leaves
@@ -325,7 +325,9 @@ def test_the_jax_floor_is_declared_once_in_pyproject():
 
     pyproject = (pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     floor = ".".join(map(str, _jax_compat.MIN_JAX_VERSION))
-    assert re.search(r'dependencies = \["jax>=([\d.]+)", "jaxlib>=([\d.]+)"', pyproject).groups() == (
+    assert re.search(
+        r'dependencies = \["jax>=([\d.]+)", "jaxlib>=([\d.]+)"', pyproject
+    ).groups() == (
         floor,
         floor,
     )
@@ -344,6 +346,8 @@ def test_import_below_the_floor_is_a_clear_import_error():
             print("ImportError:", e)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "fastree needs jax >= 0.6.2; the installed jax is 0.4.36" in out.stdout

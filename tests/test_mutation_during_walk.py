@@ -15,10 +15,9 @@ every walker of both libraries.
 
 from __future__ import annotations
 
+import fastree.tree_util as tu
 import jax.tree_util as jtu
 import pytest
-
-import fastree.tree_util as tu
 
 
 def _outcome(call):

@@ -121,10 +121,10 @@ promises (``is_leaf_takes_path``, ``keystr(simple=, separator=)``, ``jax.tree.ma
 on jax 0.4.36 the suite fails 1,020 tests. Importing fastree there raises ImportError at once."""
 
 if JAX_VERSION < MIN_JAX_VERSION:
+    _floor = ".".join(map(str, MIN_JAX_VERSION))
     raise ImportError(
-        f"fastree needs jax >= {'.'.join(map(str, MIN_JAX_VERSION))}; the installed jax is"
-        f" {jax.__version__}. Upgrade it (pip install -U 'jax>={'.'.join(map(str, MIN_JAX_VERSION))}')"
-        " or use jax.tree_util directly."
+        f"fastree needs jax >= {_floor}; the installed jax is {jax.__version__}. Upgrade it"
+        f" (pip install -U 'jax>={_floor}') or use jax.tree_util directly."
     )
 
 JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS = JAX_VERSION >= (0, 11, 1)
@@ -296,6 +296,7 @@ JAXLIB_BUILDS_FROM_NODE_DATA = hasattr(tree_util.PyTreeDef, "from_node_data_and_
 
 jaxlib_is_node: Callable[[type], bool] | None = getattr(tree_util.default_registry, "is_node", None)
 """jaxlib's ``default_registry.is_node`` (jaxlib 0.7 and later), else None."""
+
 
 def jaxlib_calls_namedtuple_like(tp: type) -> bool:
     """Whether jaxlib's ``is_node`` says yes to ``tp`` without any registration: a tuple

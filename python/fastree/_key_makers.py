@@ -45,9 +45,7 @@ def ensure_headroom(n: int) -> None:
         # would, and is returned at once without a page being touched.
         probe = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, OverflowError, ValueError):
-        raise MemoryError(
-            f"fastree: not enough memory to make {n} key-path entries"
-        ) from None
+        raise MemoryError(f"fastree: not enough memory to make {n} key-path entries") from None
     probe.close()
 
 

@@ -127,9 +127,7 @@ def first_difference(
             # reads them), never a second, live len(): a list changed in between is compared as
             # it was read.
             if len(p_pairs) != len(f_pairs):
-                return _different_lengths(
-                    walk.path_of(occurrence), p, len(p_pairs), len(f_pairs)
-                )
+                return _different_lengths(walk.path_of(occurrence), p, len(p_pairs), len(f_pairs))
         elif len(p_pairs) != len(f_pairs):
             return _different_numbers(walk.path_of(occurrence), p, p_keys, f_keys)
         if p_meta != f_meta:

@@ -5,8 +5,9 @@
 
 Like ``python -m cProfile``: :func:`fastree.install` runs first, before the program imports
 anything, so libraries that bind ``from jax.tree_util import tree_map`` at their import time get
-fastree's function too. Child processes are not affected; set ``FASTREE_INSTALL=1`` in the
-environment to cover them.
+fastree's function too. Child processes (pytest-xdist workers, multiprocessing, subprocess) are
+covered as well: the command sets ``FASTREE_INSTALL=1`` in the environment they inherit, and
+fastree's start-up hook (``fastree_install.pth``) installs it in each of them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ USAGE = (
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    # Inherited by every child process the program starts: the .pth hook installs fastree there.
+    os.environ["FASTREE_INSTALL"] = "1"
     if args[:1] in (["-h"], ["--help"]):
         sys.stdout.write(USAGE)
         raise SystemExit(0)

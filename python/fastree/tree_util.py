@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from . import _core, _map_errors
-from ._jax_compat import tree_util as _jtu
 from ._core import PyTreeDef as PyTreeDef
 from ._core import tree_flatten as tree_flatten
 from ._core import tree_flatten_with_path as tree_flatten_with_path
@@ -24,6 +23,7 @@ from ._core import tree_map_with_path as tree_map_with_path
 from ._core import tree_structure as tree_structure
 from ._core import tree_unflatten as tree_unflatten
 from ._default_registry import default_registry as default_registry
+from ._jax_compat import tree_util as _jtu
 from ._registration import register_dataclass as register_dataclass
 from ._registration import register_pytree_node as register_pytree_node
 from ._registration import register_pytree_node_class as register_pytree_node_class
