@@ -104,12 +104,24 @@ def test_every_walker_agrees_on_a_changed_list(walker):
     assert len(results) == 1, results
 
 
-@pytest.mark.parametrize("walker", sorted(WALKERS))
+@pytest.mark.parametrize("walker", sorted(set(WALKERS) - {"map"}))
 def test_a_list_shrunk_below_the_walk_is_a_runtime_error(walker):
     # jaxlib reads past the end of the list here (undefined behaviour); fastree stops cleanly.
     tree, _ = _tree_with_a_meddler(tu, lambda lst: lst.clear())
     with pytest.raises(RuntimeError, match="changed size while it was being flattened"):
         WALKERS[walker](tu, tree)
+
+
+def test_single_pass_map_takes_a_shrunk_lists_items_as_first_read():
+    # tree_map(f, tree)'s single pass runs f inside the walk, and f may empty its input (JAX
+    # flattens it first, so f's change is not seen there): the items left are the ones the walk
+    # saw when it reached the list.
+    tree, meddler = _tree_with_a_meddler(tu, lambda lst: lst.clear())
+    out = _normalise(WALKERS["map"](tu, tree), meddler)
+    assert out == [["Meddler", ("m", 1), ("m", 2), ("m", 3)], {"k": ("m", 5)}]
+    items = [1, 2, 3]
+    assert tu.tree_map(lambda x: items.clear() or x, [items]) == [[1, 2, 3]]
+    assert jtu.tree_map(lambda x: x, [[1, 2, 3]]) == [[1, 2, 3]]
 
 
 class _Key:

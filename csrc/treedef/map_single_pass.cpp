@@ -18,8 +18,11 @@
 //    before f first runs. So once f raises, the walk goes on without calling f or rebuilding
 //    anything (no unflatten function sees a half-mapped subtree), and a flatten error met later
 //    replaces f's.
-//  - A container is read when the walk reaches it, so an f that mutates parts of the input it
-//    has not reached yet is seen doing so (JAX would have read them before). Never unsafe: every
+//  - A container is read when the walk reaches it, and a list's items as the walk gets to each
+//    (as flatten reads them: ListKind::Read), so an f that replaces parts of the input it has not
+//    reached yet is seen doing so (JAX would have read them before); an f that empties a list
+//    the walk is in is not (its remaining items come from the copy taken on entry, as JAX's
+//    flatten-first order has them; see MapSequence). Never unsafe: every
 //    child is held by a reference while it is mapped.
 //  - f and rebuild functions (unflatten functions, namedtuple constructors) run inside the walk,
 //    where JAX runs them from the top. Up to Python 3.11 their frames count against the same
@@ -122,26 +125,31 @@ class SinglePassMapper {
     // GC-tracked and refers to the input's items: gc.get_referrers finds it), and an f that
     // resized it would free the slots the walk writes to (red-team round 3, repro_15). The same
     // holds for every output container of every walker: none is created before its last item
-    // is known. A list is read as flatten reads it (ListKind::Read, kinds_read.h): its length
-    // when reached, item i when the walk gets there; a tuple is immutable.
+    // is known.
+    //
+    // A list is read as flatten reads it (ListKind::Read, kinds_read.h): its length when reached,
+    // item i as it is when the walk gets there, so a custom flatten function that rewrites a list
+    // the walk is in is seen as JAX sees it. One difference, since f runs inside the walk here
+    // (JAX runs it after flattening): a list that shrank below the walk, which f may do to its
+    // input (it is not walking it in JAX), has its remaining items taken from the copy made when
+    // the walk reached it, as JAX's flatten-first order would have them.
     PyObject* MapSequence(PyObject* obj, bool is_list) {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
-        RefSmallVector<8> items;  // owned: item i, then its mapped value; null until read
+        RefSmallVector<8> items;  // owned: item i as first read, then as reached, then mapped
         const Py_ssize_t n = Py_SIZE(obj);
-        // The buffer's memory comes from the C++ allocator, which never runs the cyclic GC.
+        // The buffer's memory comes from the C++ allocator, which never runs the cyclic GC:
+        // nothing from the size read to the end of the copy runs Python code.
         items.ResizeForOverwrite(static_cast<size_t>(n));
-        for (Py_ssize_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = nullptr;
+        PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
+                                          : reinterpret_cast<PyTupleObject*>(obj)->ob_item;
+        for (Py_ssize_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = Py_NewRef(source[i]);
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject*& slot = items[static_cast<size_t>(i)];  // ours alone: stays valid
-            if (is_list) {
-                if (i >= PyList_GET_SIZE(obj)) {
-                    ListShrank(n, PyList_GET_SIZE(obj));
-                    return nullptr;
-                }
-                slot = Py_NewRef(PyList_GET_ITEM(obj, i));
-            } else {
-                slot = Py_NewRef(PyTuple_GET_ITEM(obj, i));
+            if (is_list && i < PyList_GET_SIZE(obj) && PyList_GET_ITEM(obj, i) != slot) {
+                // Replaced since the walk reached the list: the item as it is now. The new one
+                // is held before the old one is released (which can run a finalizer).
+                Py_SETREF(slot, Py_NewRef(PyList_GET_ITEM(obj, i)));
             }
             // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
             if (i + 1 < Py_SIZE(obj)) PrefetchDictEntries(
