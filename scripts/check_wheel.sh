@@ -73,6 +73,9 @@ VENV="$WORK/venv"
 "$PY" -m venv "$VENV"
 VPY="$VENV/bin/python"
 "$VPY" -m pip install --quiet "fastree[test] @ file://$WHEEL"
+"$VPY" -c 'import sys, jax, jaxlib, numpy
+print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__},"
+      f" numpy {numpy.__version__}")'
 
 # --- the test environment: the venv's bin plus symlinks to the tools the tests may run. The tests
 # start Python through sys.executable; git is optional (the benchmark smoke test records the
