@@ -18,7 +18,18 @@ from typing import Any
 _lock = threading.Lock()
 
 
+_deferred = False
+"""True when JAX was first imported by fastree's own import: fastree installs itself at the end
+of its ``__init__`` (it cannot be installed half-imported)."""
+
+
 def _install() -> None:
+    global _deferred
+    importing = sys.modules.get("fastree")
+    if importing is not None and getattr(importing.__spec__, "_initializing", False):
+        # `import fastree` came first and imported JAX: finish that import first.
+        _deferred = True
+        return
     import fastree
 
     fastree.install()

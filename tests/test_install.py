@@ -532,6 +532,20 @@ def test_fastree_run_reaches_child_processes(tmp_path):
     assert "spawned [True]" in proc.stdout
 
 
+def test_fastree_install_env_with_fastree_imported_before_jax():
+    # FASTREE_INSTALL=1 and `import fastree` first: fastree's own import imports JAX, when
+    # fastree cannot be installed yet; it installs itself at the end of its import.
+    if not _pth_installed():
+        pytest.skip("fastree_install.pth is not installed in this environment")
+    code = (
+        "import fastree, jax\n"
+        "print('routed', jax.tree_util.tree_map is fastree.tree_util.tree_map)\n"
+    )
+    proc = _run(["-c", code], env={"FASTREE_INSTALL": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "routed True" in proc.stdout
+
+
 def test_fastree_run_passes_the_exit_status_and_usage(tmp_path):
     script = tmp_path / "exit.py"
     script.write_text("raise SystemExit(3)\n")

@@ -76,3 +76,11 @@ __all__ = [
     "tree_util",
     "uninstall",
 ]
+
+# FASTREE_INSTALL=1 with `import fastree` before any `import jax`: the start-up hook saw JAX
+# imported by fastree's own import above and left the install to this point.
+_autoinstall = __import__("sys").modules.get("_fastree_autoinstall")
+if _autoinstall is not None and _autoinstall._deferred:
+    _autoinstall._deferred = False
+    install()
+del _autoinstall
