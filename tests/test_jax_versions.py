@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
@@ -346,8 +347,11 @@ def test_import_below_the_floor_is_a_clear_import_error():
             print("ImportError:", e)
         """
     )
+    # Without FASTREE_INSTALL (set under `python -m fastree.run`): its hook imports fastree as
+    # soon as jax is imported, before the version can be patched.
+    env = {k: v for k, v in os.environ.items() if k != "FASTREE_INSTALL"}
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "fastree needs jax >= 0.6.2; the installed jax is 0.4.36" in out.stdout
