@@ -15,6 +15,7 @@ is itself installed (``python -m fastree.run -m pytest``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import subprocess
 import sys
@@ -665,10 +666,16 @@ def test_flax_nnx_train_step_installed_matches_plain():
         model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
         optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
 
+        # flax 0.11 made the model an argument of Optimizer.update (before: update(grads)).
+        takes_model = "model" in inspect.signature(nnx.Optimizer.update).parameters
+
         @nnx.jit
         def train_step(model, optimizer, x):
             grads = nnx.grad(lambda m: (m(x) ** 2).sum())(model)
-            optimizer.update(model, grads)
+            if takes_model:
+                optimizer.update(model, grads)
+            else:
+                optimizer.update(grads)
 
         train_step(model, optimizer, jnp.ones((1, 3)))
         graphdef, state = nnx.split(model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +40,8 @@ def _classes() -> SimpleNamespace:
     from flax import nnx
 
     module_list = getattr(nnx, "List", list)  # flax < 0.12 takes a plain list
+    # flax 0.11 made the model an argument of Optimizer.update (before: update(grads)).
+    update_takes_model = "model" in inspect.signature(nnx.Optimizer.update).parameters
 
     class Block(nnx.Module):
         def __init__(self, rngs: Any) -> None:
@@ -65,7 +68,10 @@ def _classes() -> SimpleNamespace:
             return ((model(x) - y) ** 2).mean()
 
         loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
+        if update_takes_model:
+            optimizer.update(model, grads)
+        else:
+            optimizer.update(grads)
         return loss
 
     return SimpleNamespace(Net=Net, train_step=train_step)

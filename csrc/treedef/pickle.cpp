@@ -40,7 +40,12 @@ PyObject* Reduce(const TreeDef& def) {
     if (!module) return nullptr;
     Ref ctor(PyObject_GetAttrString(module.get(), "_treedef_from_state"));
     if (!ctor) return nullptr;
-    return Py_BuildValue("(O(O))", ctor.get(), state.get());
+    // The inner tuple first, then the outer: Py_BuildValue("(O(O))") makes the outer tuple and
+    // then allocates the inner one while the outer's slot is still empty (CPython 3.10), where a
+    // finalizer run by that allocation can read it (tests/test_half_built_outputs.py).
+    Ref args(PyTuple_Pack(1, state.get()));
+    if (!args) return nullptr;
+    return PyTuple_Pack(2, ctor.get(), args.get());
 }
 
 PyObject* FromState(PyObject* state) {
