@@ -125,8 +125,8 @@ bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
 
 void SetHooks(PyObject* classify, PyObject* reporter) {
     AuxState& s = S();
-    s.classify = Ref::FromBorrowed(classify == Py_None ? nullptr : classify);
-    s.reporter = Ref::FromBorrowed(reporter == Py_None ? nullptr : reporter);
+    s.classify = OptionalRef(classify);
+    s.reporter = OptionalRef(reporter);
     ClearVerdicts();
 }
 

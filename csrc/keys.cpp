@@ -264,12 +264,11 @@ bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
 void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
                    PyObject* dict_key, PyObject* getattr_key, PyObject* dict_key_block) {
     KeysState& s = S();
-    auto opt = [](PyObject* f) { return Ref::FromBorrowed(f == Py_None ? nullptr : f); };
-    s.dict.block = opt(dict_key_block);
-    s.sequence.block = opt(sequence_block);
-    s.flattened_index.block = opt(flattened_index_block);
-    s.dict.maker = opt(dict_key);
-    s.getattr.maker = opt(getattr_key);
+    s.dict.block = OptionalRef(dict_key_block);
+    s.sequence.block = OptionalRef(sequence_block);
+    s.flattened_index.block = OptionalRef(flattened_index_block);
+    s.dict.maker = OptionalRef(dict_key);
+    s.getattr.maker = OptionalRef(getattr_key);
 }
 
 WalkScope::WalkScope() { ++S().walk_depth; }

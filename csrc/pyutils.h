@@ -400,6 +400,11 @@ struct Guarded<F> {
 template <auto F>
 constexpr auto Guard = &Guarded<F>::Call;
 
+// An installed hook or function that may be given as None: None is held as null.
+inline Ref OptionalRef(PyObject* borrowed) {
+    return Ref::FromBorrowed(borrowed == Py_None ? nullptr : borrowed);
+}
+
 // A new tuple (kTuple) or list of `n` items, make(i) giving each as a new reference or null
 // with an error set; null with the error set if any fails. Every item is made first, into a
 // buffer of ours, and the container is allocated and filled only once all exist, with no Python
@@ -408,6 +413,22 @@ constexpr auto Guard = &Guarded<F>::Call;
 // GC-tracked with empty slots meanwhile: reachable half-built (gc.get_objects,
 // gc.get_referrers), where reading an empty slot crashes (red-team round 3, finding 1). Use it
 // wherever building an output's items can run Python code.
+// Transfers a vector of owned references into a new tuple or list (no INCREF: ownership moves;
+// `items` is left empty), or null with an error set (`items` still owns them). The allocation
+// can run the cyclic GC, which cannot reach `items` (a C++ buffer); filling the new container
+// runs no Python code, so it is never seen half-built.
+template <class Vec>
+inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    PyObject* out = as_tuple ? PyTuple_New(n) : PyList_New(n);
+    if (out == nullptr) return nullptr;
+    PyObject** slots = as_tuple ? reinterpret_cast<PyTupleObject*>(out)->ob_item
+                                : reinterpret_cast<PyListObject*>(out)->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) slots[i] = items[static_cast<size_t>(i)];
+    items.clear();
+    return out;
+}
+
 template <bool kTuple, class Make>
 PyObject* NewSequenceOf(Py_ssize_t n, Make&& make) {
     RefSmallVector<8> items;  // owned; released if a make fails
@@ -417,13 +438,7 @@ PyObject* NewSequenceOf(Py_ssize_t n, Make&& make) {
         if (item == nullptr) return nullptr;
         items[static_cast<size_t>(i)] = item;
     }
-    PyObject* out = kTuple ? PyTuple_New(n) : PyList_New(n);
-    if (out == nullptr) return nullptr;
-    PyObject** slots = kTuple ? reinterpret_cast<PyTupleObject*>(out)->ob_item
-                              : reinterpret_cast<PyListObject*>(out)->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) slots[i] = items[static_cast<size_t>(i)];
-    items.clear();  // the references now belong to `out`
-    return out;
+    return StealIntoSequence(items, kTuple);
 }
 
 // A list that a callback shrank while a walk read it (kinds_read.h, ListKind::Read): where
@@ -448,11 +463,7 @@ inline PyObject* GetAttrs(PyObject* obj, PyObject* names) {
 // Transfer a vector of owned references into a new list (no INCREF: ownership moves).
 template <class Vec>
 inline PyObject* StealIntoList(Vec& items) {
-    PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
-    if (list == nullptr) return nullptr;
-    for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), items[i]);
-    items.clear();
-    return list;
+    return StealIntoSequence(items, /*as_tuple=*/false);
 }
 
 template <class Vec>

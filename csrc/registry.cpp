@@ -284,9 +284,8 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
     // finalizers (the old dict's entries), which may flatten and so read g_jax_registry.
     Ref old_registry = s.SetJaxRegistry(Ref::FromBorrowed(jax_registry_dict));
     // Either may be None: jaxlib before 0.6 has no flatten_one_level_with_keys.
-    auto optional = [](PyObject* f) { return Ref::FromBorrowed(f == Py_None ? nullptr : f); };
-    s.jax_flatten_with_keys = optional(jax_flatten_one_level_with_keys);
-    s.jax_flatten_one_level = optional(jax_flatten_one_level);
+    s.jax_flatten_with_keys = OptionalRef(jax_flatten_one_level_with_keys);
+    s.jax_flatten_one_level = OptionalRef(jax_flatten_one_level);
     // OrderedDict and defaultdict are "custom" nodes to JAX; fastree flattens them natively.
     Ref collections(PyImport_ImportModule("collections"));
     if (!collections) return false;
@@ -301,7 +300,7 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
 }
 
 void InstallJaxlibAdopter(PyObject* adopter) {
-    S().jaxlib_adopter = Ref::FromBorrowed(adopter == Py_None ? nullptr : adopter);
+    S().jaxlib_adopter = OptionalRef(adopter);
     DropMemo();
 }
 
@@ -320,8 +319,8 @@ bool InstallIterableLeafWarning(PyObject* types, PyObject* warn) {
     // The old values are released after the new ones are in place and the memo is dropped.
     Ref old_types = std::move(s.iterable_leaf_types);
     Ref old_warn = std::move(s.iterable_leaf_warn);
-    s.iterable_leaf_types = Ref::FromBorrowed(types == Py_None ? nullptr : types);
-    s.iterable_leaf_warn = Ref::FromBorrowed(warn == Py_None ? nullptr : warn);
+    s.iterable_leaf_types = OptionalRef(types);
+    s.iterable_leaf_warn = OptionalRef(warn);
     DropMemo();
     return true;
 }

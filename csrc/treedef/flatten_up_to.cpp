@@ -281,16 +281,11 @@ class PrefixWalker {
     bool ExpectNamedTuple(const Node& node, Ref& owned) {
         PyObject* obj = owned.get();
         // JAX's test, per object and whatever the registry says of its type: a tuple with a
-        // `_fields` attribute. (A namedtuple class registered as a custom node is still a
-        // namedtuple here, and gets the type-mismatch message below, as in JAX.) The lookup can
-        // run Python code; `owned` holds the object, and any exception means "no such attribute",
-        // as jaxlib's hasattr has it.
-        bool named = PyTuple_Check(obj);
-        if (named) {
-            Ref fields(PyObject_GetAttrString(obj, "_fields"));
-            if (!fields) PyErr_Clear();
-            named = static_cast<bool>(fields);
-        }
+        // `_fields` attribute (ClassifyTupleSubclass asks it). A namedtuple class registered as
+        // a custom node is still a namedtuple here, and gets the type-mismatch message below,
+        // as in JAX. The lookup can run Python code; `owned` holds the object.
+        const bool named =
+            PyTuple_Check(obj) && registry::ClassifyTupleSubclass(obj) == &registry::kNamedTuple;
         if (!named) {
             return Mismatch(PyExc_ValueError, "Expected named tuple, got " + Repr(obj) + ".");
         }

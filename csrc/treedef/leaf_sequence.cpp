@@ -50,8 +50,9 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
         if (reg != &registry::kLeaf) {
-            // Not all plain leaves (nodes, leaves JAX warns about), or not decidable here: drop what was copied (the references are
-            // also held by `tree`, so no object dies and no Python code runs).
+            // Not all plain leaves (nodes, leaves JAX warns about), or not decidable here: drop
+            // what was copied (the references are also held by `tree`, so no object dies and no
+            // Python code runs).
             return nullptr;
         }
         PyList_SET_ITEM(leaves.get(), i, Py_NewRef(items[i]));
@@ -98,14 +99,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
         if (r == nullptr) return nullptr;  // f's error; `mapped` releases the rest
         Py_SETREF(mapped[i], r);
     }
-    // The allocation can run the GC (which cannot reach `mapped`); filling it runs no Python.
-    PyObject* out = kind == kTupleKind ? PyTuple_New(n) : PyList_New(n);
-    if (out == nullptr) return nullptr;
-    PyObject** target = kind == kTupleKind ? &PyTuple_GET_ITEM(out, 0)
-                                           : reinterpret_cast<PyListObject*>(out)->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) target[i] = mapped[static_cast<size_t>(i)];
-    mapped.clear();  // the references now belong to `out`
-    return out;
+    return StealIntoSequence(mapped, /*as_tuple=*/kind == kTupleKind);
 }
 
 PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {

@@ -159,22 +159,7 @@ class SinglePassMapper {
             Py_SETREF(slot, mapped);
         }
         if (failed()) return Stopped();
-        return MoveIntoNew(items, is_list);
-    }
-
-    // A new list or tuple holding `items`' references (handed over: `items` is left empty), or
-    // null with an error set (`items` still owns them). The allocation can run the GC, which
-    // cannot reach `items`; filling the new container runs no Python code.
-    template <size_t N>
-    static PyObject* MoveIntoNew(RefSmallVector<N>& items, bool is_list) {
-        const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-        PyObject* out = is_list ? PyList_New(n) : PyTuple_New(n);
-        if (out == nullptr) return nullptr;
-        PyObject** target = is_list ? reinterpret_cast<PyListObject*>(out)->ob_item
-                                    : reinterpret_cast<PyTupleObject*>(out)->ob_item;
-        for (Py_ssize_t i = 0; i < n; ++i) target[i] = items[static_cast<size_t>(i)];
-        items.clear();  // the references now belong to `out`
-        return out;
+        return StealIntoSequence(items, /*as_tuple=*/!is_list);  // no Python code runs
     }
 
     // Plain dicts: the gathered items' values replaced in place, the dict rebuilt from them.

@@ -35,7 +35,8 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
         data = Ref::FromBorrowed(PyTuple_GET_ITEM(nd.get(), 1));
     }
     // Making a key can run Python code (the key makers): NewSequenceOf (pyutils.h).
-    Ref keys(NewSequenceOf<true>(node.arity, [&](Py_ssize_t k) { return kinds::ChildKey(parts, k); }));
+    Ref keys(NewSequenceOf<true>(node.arity,
+                                 [&](Py_ssize_t k) { return kinds::ChildKey(parts, k); }));
     if (!keys) return nullptr;
     const Py_ssize_t ref = node.IsSharedRef() ? node.ref : -1;
     return Py_BuildValue("(OOOnnnO)", kind.get(), type.get(), data.get(),

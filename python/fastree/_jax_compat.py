@@ -44,6 +44,7 @@ True
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import types
 import warnings
@@ -316,13 +317,9 @@ def jaxlib_calls_namedtuple_like(tp: type) -> bool:
     return empty_is_node is not None and bool(empty_is_node(tp))
 
 
-_EMPTY_REGISTRY: list[Any] = []
-
-
+@functools.cache
 def _empty_jaxlib_registry() -> Any:
-    if not _EMPTY_REGISTRY:
-        _EMPTY_REGISTRY.append(type(tree_util.default_registry)())
-    return _EMPTY_REGISTRY[0]
+    return type(tree_util.default_registry)()
 
 
 jaxlib_flatten_one_level_with_keys: Callable[[Any], Any] | None = getattr(
