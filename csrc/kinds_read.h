@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "attr_node.h"
 #include "aux_check.h"
 #include "custom_output.h"
 #include "dict_items.h"
@@ -341,6 +342,46 @@ bool DataclassKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
         if (!w.Child(child.get(), key)) return false;
     }
     if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, node_data.release(), reg);
+    return true;
+}
+
+template <class Walk>
+bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
+    RecursionGuard guard(kFlattenRecursionWhere);
+    if (!guard.ok()) return false;
+    attr::AttrNode* node = attr::AsNode(reg->attr_node);
+    attr::Fields fields;  // every child read (owned) before any is visited: see attr_node.cpp
+    switch (attr::Read(node, obj, Walk::kDef, &fields)) {
+        case attr::Outcome::kError:
+            return false;
+        case attr::Outcome::kLibrary: {
+            // A check found a difference: the class is now a custom node with the library's
+            // functions (registry::DelegateAttribute), for this node and every later one.
+            const Registration* now = registry::ClassifyType(Py_TYPE(obj));
+            if (now->kind != NodeKind::kCustom) {
+                PyErr_Format(PyExc_SystemError, "fastree: %R delegates to its library but is "
+                             "not registered with its functions", reinterpret_cast<PyObject*>(
+                                 Py_TYPE(obj)));
+                return false;
+            }
+            return CustomKind::Read(w, obj, now);
+        }
+        case attr::Outcome::kNative:
+            break;
+    }
+    if constexpr (Walk::kDef) {
+        if (!aux::Check(reg->type, fields.aux.get(), w.Site())) return false;
+    }
+    const auto mark = w.Begin();
+    const Py_ssize_t n = static_cast<Py_ssize_t>(fields.children.size());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* key = nullptr;
+        if constexpr (Walk::kPaths) key = Py_NewRef(PyTuple_GET_ITEM(node->keys, i));
+        PyObject* child = fields.children[static_cast<size_t>(i)];  // handed to the visit
+        fields.children[static_cast<size_t>(i)] = nullptr;
+        if (!w.template Child<true>(child, key)) return false;
+    }
+    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, fields.aux.release(), reg);
     return true;
 }
 

@@ -2,6 +2,7 @@
 // the cold ones (registration, bridge set-up) go through pybind11.
 #include <pybind11/pybind11.h>
 
+#include "attr_node.h"
 #include "aux_check.h"
 #include "entry_points.h"
 #include "jax_texts.h"
@@ -133,6 +134,16 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("type"), py::arg("data_fields"), py::arg("meta_fields"),
         py::arg("preserve_identity") = false,
         "Registers a dataclass-like `type` whose fields are read and set in C++.");
+    PyTypeObject* attr_node_type = attr::CreateType();
+    if (attr_node_type == nullptr) throw py::error_already_set();
+    m.add_object("AttrNode", reinterpret_cast<PyObject*>(attr_node_type));
+    m.def(
+        "register_attribute_node",
+        [](py::handle node, bool preserve_identity) {
+            ThrowIfFalse(registry::RegisterAttribute(node.ptr(), preserve_identity));
+        },
+        py::arg("node"), py::arg("preserve_identity") = false,
+        "Registers an AttrNode's class as an attribute node (read and rebuilt in C++).");
     m.def(
         "install_jax_bridge",
         [](py::dict jax_registry, py::handle flatten_one_level,
@@ -214,5 +225,15 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("type"),
         "(data_fields, meta_fields) of a type registered with fastree's register_dataclass, "
         "else None.");
+    m.def(
+        "attribute_node",
+        [](py::handle type) -> py::object {
+            if (!PyType_Check(type.ptr())) return py::none();
+            const Registration* reg =
+                registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type.ptr()));
+            if (reg->kind != NodeKind::kAttribute) return py::none();
+            return py::reinterpret_borrow<py::object>(reg->attr_node);
+        },
+        py::arg("type"), "The AttrNode that fastree reads `type` with, else None.");
     m.def("strict_aux", []() { return aux::Strict(); }, "Whether strict aux checking is on.");
 }

@@ -25,6 +25,7 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
         Py_VISIT(reg->flatten_with_keys);
         Py_VISIT(reg->data_fields);
         Py_VISIT(reg->meta_fields);
+        Py_VISIT(reg->attr_node);
     }
     for (const auto& entry : registry.memo) Py_VISIT(entry.second.weakref.get());
     Py_VISIT(registry.on_type_death.get());

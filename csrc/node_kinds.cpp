@@ -3,6 +3,8 @@
 // kinds_expect.h. The kind structs themselves: node_kinds.h.)
 #include "node_kinds.h"
 
+#include "attr_node.h"
+
 #include "keys.h"
 #include "pyutils.h"
 
@@ -283,6 +285,29 @@ bool DataclassKind::CheckParts(const NodeParts& parts, PyObject* type) {
     PyErr_Format(PyExc_ValueError, "Dataclass node %R expects %zd meta values and %zd children.",
                  type, PyTuple_GET_SIZE(reg->meta_fields), PyTuple_GET_SIZE(reg->data_fields));
     return false;
+}
+
+// ---- attribute nodes
+
+PyObject* AttributeKind::ChildKey(const NodeParts& parts, Py_ssize_t k) {
+    return Py_NewRef(PyTuple_GET_ITEM(attr::AsNode(parts.custom->attr_node)->keys, k));
+}
+
+PyObject* AttributeKind::Build(const NodeParts& parts, PyObject** children) {
+    PyObject* out =
+        attr::Build(attr::AsNode(parts.custom->attr_node), parts.data, children, parts.arity);
+    DropChildren(children, parts.arity);
+    return out;
+}
+
+bool AttributeKind::CheckParts(const NodeParts& parts, PyObject*) {
+    attr::AttrNode* node = attr::AsNode(parts.custom->attr_node);
+    if (parts.arity != attr::NumChildren(node)) {
+        PyErr_Format(PyExc_ValueError, "attribute node of %R expects %zd children, got %zd.",
+                     node->cls, attr::NumChildren(node), parts.arity);
+        return false;
+    }
+    return attr::CheckAux(node, parts.data);
 }
 
 // ---- custom

@@ -312,6 +312,24 @@ struct DataclassKind : RegisteredKindBase {
     static bool CheckParts(const NodeParts& parts, PyObject* type);
 };
 
+// An attribute node (attr_node.h): read and rebuilt by its AttrNode, in C++. To JAX it is a
+// custom node whose callbacks are the AttrNode's methods, so flatten_one_level answers with them.
+struct AttributeKind : RegisteredKindBase {
+    template <class Walk, class Obj>
+    static bool Expect(Walk& w, const Node& node, Obj& obj) {
+        return w.ExpectRegistered(node, obj, "Custom", /*callbacks=*/false);
+    }
+    static constexpr bool kHasCallbacks = true;
+    static constexpr NodeKind kKind = NodeKind::kAttribute;
+    static constexpr const char* kName = "attribute";  // as PyTreeDef._nodes() reports it
+    template <class Walk>
+    static bool Read(Walk& w, PyObject* obj, const Registration* reg);  // kinds_read.h
+    // Payload: the aux data; children keyed by GetAttrKey(data field k).
+    static PyObject* ChildKey(const NodeParts& parts, Py_ssize_t k);
+    static PyObject* Build(const NodeParts& parts, PyObject** children);
+    static bool CheckParts(const NodeParts& parts, PyObject* type);
+};
+
 struct CustomKind : RegisteredKindBase {
     template <class Walk, class Obj>
     static bool Expect(Walk& w, const Node& node, Obj& obj) {
@@ -351,6 +369,8 @@ template <class Op>
             return op(CustomKind{});
         case NodeKind::kDataclass:
             return op(DataclassKind{});
+        case NodeKind::kAttribute:
+            return op(AttributeKind{});
         case NodeKind::kSharedRef:
             break;
     }

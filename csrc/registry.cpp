@@ -1,6 +1,8 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry.h"
 
+#include "attr_node.h"
+
 #include "module_state.h"
 #include "pyutils.h"
 
@@ -271,6 +273,32 @@ bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fie
     reg->meta_fields = Py_NewRef(meta_fields);
     reg->preserve_identity = preserve_identity;
     return true;
+}
+
+bool RegisterAttribute(PyObject* node, bool preserve_identity) {
+    if (!attr::IsNode(node)) {
+        PyErr_Format(PyExc_TypeError, "register_attribute_node expects an AttrNode, got %R.", node);
+        return false;
+    }
+    Ref flatten(PyObject_GetAttrString(node, "flatten"));
+    Ref unflatten(flatten ? PyObject_GetAttrString(node, "unflatten") : nullptr);
+    Ref flatten_with_keys(unflatten ? PyObject_GetAttrString(node, "flatten_with_keys") : nullptr);
+    if (!flatten_with_keys) return false;
+    Registration* reg = NewRegistration(attr::AsNode(node)->cls, NodeKind::kAttribute);
+    reg->attr_node = Py_NewRef(node);
+    reg->flatten = flatten.release();
+    reg->unflatten = unflatten.release();
+    reg->flatten_with_keys = flatten_with_keys.release();
+    reg->preserve_identity = preserve_identity;
+    return true;
+}
+
+bool DelegateAttribute(PyObject* node) {
+    attr::AttrNode* n = attr::AsNode(node);
+    auto it = S().registered.find(reinterpret_cast<PyTypeObject*>(n->cls));
+    if (it == S().registered.end() || it->second->attr_node != node) return true;
+    return RegisterCustom(n->cls, n->library_flatten, n->library_unflatten,
+                          n->library_flatten_with_keys, it->second->preserve_identity);
 }
 
 bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,

@@ -32,6 +32,8 @@ enum class NodeKind : uint8_t {
     kDefaultDict,  // collections.defaultdict, sorted keys (a "custom" node to JAX)
     kCustom,       // flatten/unflatten callbacks (fastree- or JAX-registered)
     kDataclass,    // register_dataclass: fields read in C++, no Python callback per node
+    kAttribute,    // attribute node (attr_node.h): fields read from instance storage in C++,
+                   //   rebuilt without __init__; equinox Modules through the integration
     kSharedRef,    // treedef only: a repeat of an identity-preserving node seen earlier
 };
 
@@ -48,6 +50,8 @@ struct Registration {
     PyObject* flatten_with_keys = nullptr;  // kCustom: obj -> (((key, child), ...), aux) or null
     PyObject* data_fields = nullptr;        // kDataclass: tuple[str] of child attributes
     PyObject* meta_fields = nullptr;        // kDataclass: tuple[str] of static attributes
+    PyObject* attr_node = nullptr;          // kAttribute: its layout (an attr::AttrNode); flatten,
+                                            //   unflatten, flatten_with_keys are its methods
     bool from_jax = false;                  // discovered in JAX's registry, not registered here
     // Identity-preserving ("PyDAG") node: an instance reached through several paths is flattened
     // once and rebuilt as one shared object (see treedef.h, NodeKind::kSharedRef).
@@ -144,6 +148,11 @@ bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
                     PyObject* flatten_with_keys, bool preserve_identity);
 bool RegisterDataclass(PyObject* type, PyObject* data_fields, PyObject* meta_fields,
                        bool preserve_identity);
+bool RegisterAttribute(PyObject* node, bool preserve_identity);
+// An attribute node that now delegates to its library's functions: if it is its class's
+// registration here, the class becomes a kCustom node with those functions (treedefs made
+// before keep the old record). False with an error set.
+bool DelegateAttribute(PyObject* node);
 
 // Installs JAX's registry dict and its registry's flatten_one_level(_with_keys): the latter gives
 // key paths of JAX-only types, both answer flatten_one_level on them. The module state keeps the

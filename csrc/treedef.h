@@ -36,17 +36,20 @@ struct NodePayload {
     //   kNamedTuple  the namedtuple class
     //   kCustom      the aux_data returned by the flatten function
     //   kDataclass   tuple of the meta-field values
+    //   kAttribute   the aux data tuple of its layout (attr_node.h)
     //   kOrderedDict tuple of the keys in insertion order
     //   kDefaultDict (default_factory, tuple of the sorted keys)
     PyObject* data;
-    // kCustom, kDataclass, kOrderedDict, kDefaultDict: the registration (never freed); else null.
+    // kCustom, kDataclass, kAttribute, kOrderedDict, kDefaultDict: the registration (never
+    // freed); else null.
     const Registration* custom;
 };
 
 // The kinds whose nodes own a NodePayload.
 inline bool HasPayload(NodeKind kind) {
     return kind == NodeKind::kNamedTuple || kind == NodeKind::kCustom ||
-           kind == NodeKind::kDataclass || kind == NodeKind::kOrderedDict ||
+           kind == NodeKind::kDataclass || kind == NodeKind::kAttribute ||
+           kind == NodeKind::kOrderedDict ||
            kind == NodeKind::kDefaultDict;
 }
 

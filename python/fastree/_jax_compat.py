@@ -81,6 +81,7 @@ __all__ = [
     "jax_dataclass_fields",
     "jax_dropped_names",
     "jax_registered_types",
+    "jax_keypath_registry_entry",
     "jax_registry",
     "jax_registry_entry",
     "jax_treedef_from_node_data",
@@ -217,6 +218,15 @@ def jax_registry_entry(tp: type) -> Any:
     (True, True)
     """
     return internal._registry.get(tp)
+
+
+def jax_keypath_registry_entry(tp: type) -> Any:
+    """JAX's with-keys registry entry for ``tp`` (``.flatten_with_keys``), or None.
+
+    >>> jax_keypath_registry_entry(int) is None
+    True
+    """
+    return getattr(internal, "_registry_with_keypaths", {}).get(tp)
 
 
 def jax_registered_types() -> list[type]:

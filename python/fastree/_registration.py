@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from . import _core, _identity, _jax_compat
+from . import _core, _identity, _jax_compat, integrations
 from ._jax_compat import tree_util as _jtu
 
 T = TypeVar("T")
@@ -84,6 +84,15 @@ def register_pytree_with_keys(
     [((GetAttrKey(name='x'),), 7)]
     """
     _require_type(nodetype, "register_pytree_with_keys")
+    if not preserve_identity:
+        # A library's own node class (an equinox Module): read natively if an integration knows
+        # these functions (fastree.integrations).
+        node = integrations.native_node(nodetype, flatten_with_keys, unflatten_func, flatten_func)
+        if node is not None:
+            _jtu.register_pytree_with_keys(nodetype, node.flatten_with_keys, node.unflatten,
+                                           node.flatten)
+            _core.register_attribute_node(node)
+            return
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:

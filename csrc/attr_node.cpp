@@ -1,0 +1,605 @@
+// Attribute nodes: reading, rebuilding, and the Python type that carries a layout (see
+// attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
+#include "attr_node.h"
+
+#include <string>
+
+#include "keys.h"
+#include "registry.h"
+
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+namespace fastree {
+namespace attr {
+namespace {
+
+PyTypeObject* g_type = nullptr;  // owned by the module (added to it at init); never freed
+
+Py_ssize_t NumData(const AttrNode* n) { return PyTuple_GET_SIZE(n->data_fields); }
+Py_ssize_t NumMeta(const AttrNode* n) { return PyTuple_GET_SIZE(n->meta_fields); }
+Py_ssize_t AuxLength(const AttrNode* n) { return NumMeta(n) + (n->extra_fields ? 1 : 0); }
+
+// The instance's __dict__ into *dict (left null when the class has none). False with an error
+// set on failure. Asking for it makes the dict if the instance keeps its attributes inline
+// (CPython 3.11+), as `obj.__dict__` in the library's own flatten does.
+bool InstanceDict(PyObject* obj, Ref* dict) {
+    if (Py_TYPE(obj)->tp_dictoffset == 0) {
+        *dict = Ref();
+        return true;
+    }
+    *dict = Ref(PyObject_GenericGetDict(obj, nullptr));
+    return static_cast<bool>(*dict);
+}
+
+// Field `i` (data fields first, then meta fields) of `obj` as stored on the instance: a new
+// reference, or null, absent (no error) or failed (error set).
+PyObject* Stored(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
+                 PyObject* name) {
+    if (node->slots != nullptr && node->slots[i] != 0) {
+        return Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) +
+                                                         node->slots[i]));
+    }
+    if (dict == nullptr) return nullptr;
+    // Borrowed, and taken at once: the lookup itself can compare keys (Python code).
+    return Py_XNewRef(PyDict_GetItemWithError(dict, name));
+}
+
+// Field `i`'s value: stored, or `missing`, or an AttributeError. A new reference or null.
+PyObject* Value(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
+                PyObject* name) {
+    PyObject* v = Stored(node, obj, dict, i, name);
+    if (v != nullptr || PyErr_Occurred()) return v;
+    if (node->missing != nullptr) return Py_NewRef(node->missing);
+    PyErr_Format(PyExc_AttributeError,
+                 "%.200s instance has no attribute %R (a field of its fastree attribute node), "
+                 "and the node has no value for missing fields",
+                 reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, name);
+    return nullptr;
+}
+
+// Whether the instance's __dict__ holds exactly the fields kept there: the instances the
+// library makes. Others (partly initialised, or carrying the extra fields) are checked apart.
+bool Regular(const AttrNode* node, PyObject* dict) {
+    Py_ssize_t in_dict = NumData(node) + NumMeta(node);
+    if (node->slots != nullptr) {
+        for (Py_ssize_t i = 0; i < NumData(node) + NumMeta(node); ++i) {
+            if (node->slots[i] != 0) --in_dict;
+        }
+    }
+    return (dict == nullptr ? 0 : PyDict_GET_SIZE(dict)) == in_dict;
+}
+
+// The aux data of an instance, as a new tuple (or the shared regular one).
+PyObject* Aux(const AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
+    // Shared when it cannot differ: no meta fields, and no extra fields to report.
+    if (node->regular_aux != nullptr && (regular || node->extra_fields == nullptr)) {
+        return Py_NewRef(node->regular_aux);
+    }
+    RefSmallVector<8> items;  // every item made before the tuple (see NewSequenceOf)
+    if (node->extra_fields != nullptr) {
+        PyObject* extras;
+        if (regular) {
+            extras = Py_NewRef(node->missing);
+        } else {
+            extras = NewSequenceOf<true>(PyTuple_GET_SIZE(node->extra_fields), [&](Py_ssize_t j) {
+                PyObject* name = PyTuple_GET_ITEM(node->extra_fields, j);
+                PyObject* v = dict ? Py_XNewRef(PyDict_GetItemWithError(dict, name)) : nullptr;
+                return v != nullptr || PyErr_Occurred() ? v : Py_NewRef(node->missing);
+            });
+        }
+        if (extras == nullptr) return nullptr;
+        PushOwned(items, extras);
+    }
+    const Py_ssize_t nd = NumData(node);
+    for (Py_ssize_t k = 0; k < NumMeta(node); ++k) {
+        PyObject* v = Value(node, obj, dict, nd + k, PyTuple_GET_ITEM(node->meta_fields, k));
+        if (v == nullptr) return nullptr;
+        PushOwned(items, v);
+    }
+    return StealIntoSequence(items, /*as_tuple=*/true);
+}
+
+// From now on the library's functions answer, here and (for the class) in fastree's registry.
+bool SwitchToLibrary(AttrNode* node) {
+    node->use_library = true;
+    node->checks_left = 0;
+    node->irregular_checks_left = 0;
+    return registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
+}
+
+// Runs the checker if one is due for this instance. kNative to go on reading.
+Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
+    if (node->use_library) return Outcome::kLibrary;
+    if (node->checker == nullptr) return Outcome::kNative;
+    if (node->checks_left > 0) {
+        --node->checks_left;
+    } else if (!regular && node->irregular_checks_left > 0) {
+        --node->irregular_checks_left;
+    } else {
+        return Outcome::kNative;
+    }
+    // Held for the call: the checker may drop the node's own reference (check_with again).
+    Ref checker = Ref::FromBorrowed(node->checker);
+    Ref verdict(PyObject_CallOneArg(checker.get(), obj));
+    if (!verdict) return Outcome::kError;
+    const int same = PyObject_IsTrue(verdict.get());
+    if (same < 0) return Outcome::kError;
+    if (!same && !SwitchToLibrary(node)) return Outcome::kError;
+    return node->use_library ? Outcome::kLibrary : Outcome::kNative;
+}
+
+Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fields* out) {
+    Ref dict;
+    if (!InstanceDict(obj, &dict)) return Outcome::kError;
+    bool regular = Regular(node, dict.get());
+    if (check) {
+        const Outcome outcome = CheckIfDue(node, obj, regular);
+        if (outcome != Outcome::kNative) return outcome;
+        // The checker ran Python code: read the instance as it is now.
+        if (!InstanceDict(obj, &dict)) return Outcome::kError;
+        regular = Regular(node, dict.get());
+    }
+    // Every value is read before anything is visited, as the library's flatten reads them all
+    // before JAX walks its output: a callback that changes the instance later is not seen.
+    const Py_ssize_t nd = NumData(node);
+    for (Py_ssize_t i = 0; i < nd; ++i) {
+        out->children.push_back(nullptr);  // the slot first: a push that throws leaks nothing
+        PyObject* v = Value(node, obj, dict.get(), i, PyTuple_GET_ITEM(node->data_fields, i));
+        if (v == nullptr) return Outcome::kError;
+        out->children[static_cast<size_t>(i)] = v;
+    }
+    if (want_aux) {
+        out->aux = Ref(Aux(node, obj, dict.get(), regular));
+        if (!out->aux) return Outcome::kError;
+    }
+    return Outcome::kNative;
+}
+
+// object.__new__(cls). Classes that leave __new__ to object's (every equinox Module and plain
+// dataclass) get it directly; others go through object.__new__ itself, whose checks (a C base
+// with its own __new__, an abstract class) raise as they would in Python.
+PyObject* NewInstance(PyObject* cls) {
+    PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls);
+    if (t->tp_new == PyBaseObject_Type.tp_new) {
+        Ref no_args(PyTuple_New(0));
+        return no_args ? t->tp_new(t, no_args.get(), nullptr) : nullptr;
+    }
+    Ref object_new(
+        PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__new__"));
+    return object_new ? PyObject_CallOneArg(object_new.get(), cls) : nullptr;
+}
+
+// Sets `value` unless it is the node's `missing` (a field the instance did not have).
+bool SetField(const AttrNode* node, PyObject* obj, PyObject* name, PyObject* value) {
+    if (node->missing != nullptr && value == node->missing) return true;
+    // object.__setattr__: the class's own __setattr__ (frozen dataclasses, equinox) bypassed.
+    return PyObject_GenericSetAttr(obj, name, value) == 0;
+}
+
+bool CheckInstance(const AttrNode* node, PyObject* obj) {
+    if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(node->cls))) return true;
+    PyErr_Format(PyExc_TypeError, "attribute node of %.200s: expected an instance of it, got %.200s",
+                 reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, Py_TYPE(obj)->tp_name);
+    return false;
+}
+
+PyObject* PairOf(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }
+
+// flatten / flatten_with_keys: (children, aux) or (((key, child), ...), aux).
+PyObject* FlattenImpl(AttrNode* node, PyObject* obj, bool with_keys, bool check) {
+    if (!CheckInstance(node, obj)) return nullptr;
+    Fields f;
+    switch (ReadFields(node, obj, /*want_aux=*/true, check, &f)) {
+        case Outcome::kError:
+            return nullptr;
+        case Outcome::kLibrary: {
+            Ref fn = Ref::FromBorrowed(with_keys ? node->library_flatten_with_keys
+                                                 : node->library_flatten);
+            return PyObject_CallOneArg(fn.get(), obj);
+        }
+        case Outcome::kNative:
+            break;
+    }
+    if (with_keys) {
+        for (size_t i = 0; i < f.children.size(); ++i) {
+            PyObject* key = PyTuple_GET_ITEM(node->keys, static_cast<Py_ssize_t>(i));
+            Ref child(f.children[i]);  // replaced in place by its (key, child) pair
+            f.children[i] = PairOf(key, child.get());
+            if (f.children[i] == nullptr) return nullptr;
+        }
+    }
+    Ref children(StealIntoSequence(f.children, /*as_tuple=*/true));
+    return children ? PairOf(children.get(), f.aux.get()) : nullptr;
+}
+
+PyObject* UnflattenImpl(AttrNode* node, PyObject* const* args, Py_ssize_t nargs, bool library) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "unflatten expects (aux_data, children), got %zd arguments",
+                     nargs);
+        return nullptr;
+    }
+    if (library && node->use_library) {
+        Ref fn = Ref::FromBorrowed(node->library_unflatten);
+        return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
+    }
+    Ref seq(PySequence_Fast(args[1], "unflatten: children must be a sequence"));
+    if (!seq) return nullptr;
+    return Build(node, args[0], PySequence_Fast_ITEMS(seq.get()),
+                 PySequence_Fast_GET_SIZE(seq.get()));
+}
+
+// ---- the Python type
+
+AttrNode* Self(PyObject* self) { return AsNode(self); }
+
+PyObject* MethodFlatten(PyObject* self, PyObject* obj) {
+    return FlattenImpl(Self(self), obj, false, true);
+}
+PyObject* MethodFlattenWithKeys(PyObject* self, PyObject* obj) {
+    return FlattenImpl(Self(self), obj, true, true);
+}
+PyObject* MethodUnflatten(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    return UnflattenImpl(Self(self), args, nargs, true);
+}
+PyObject* MethodNativeFlatten(PyObject* self, PyObject* obj) {
+    return FlattenImpl(Self(self), obj, false, false);
+}
+PyObject* MethodNativeFlattenWithKeys(PyObject* self, PyObject* obj) {
+    return FlattenImpl(Self(self), obj, true, false);
+}
+PyObject* MethodNativeUnflatten(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    return UnflattenImpl(Self(self), args, nargs, false);
+}
+
+PyObject* MethodCheckWith(PyObject* self, PyObject* args, PyObject* kwargs) {
+    static const char* kwlist[] = {"checker",  "flatten", "flatten_with_keys",
+                                   "unflatten", "checks",  "irregular_checks", nullptr};
+    PyObject *checker, *flatten, *flatten_with_keys, *unflatten;
+    int checks = 2, irregular = 8;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO|$ii", const_cast<char**>(kwlist),
+                                     &checker, &flatten, &flatten_with_keys, &unflatten, &checks,
+                                     &irregular)) {
+        return nullptr;
+    }
+    for (PyObject* fn : {checker, flatten, flatten_with_keys, unflatten}) {
+        if (!PyCallable_Check(fn)) {
+            PyErr_Format(PyExc_TypeError, "check_with: expected a callable, got %R", fn);
+            return nullptr;
+        }
+    }
+    AttrNode* node = Self(self);
+    // New values in place before the old ones are released (a release can run Python code).
+    PyObject* old[4] = {node->checker, node->library_flatten, node->library_flatten_with_keys,
+                        node->library_unflatten};
+    node->checker = Py_NewRef(checker);
+    node->library_flatten = Py_NewRef(flatten);
+    node->library_flatten_with_keys = Py_NewRef(flatten_with_keys);
+    node->library_unflatten = Py_NewRef(unflatten);
+    node->checks_left = checks < 0 ? 0 : checks;
+    node->irregular_checks_left = irregular < 0 ? 0 : irregular;
+    node->use_library = false;
+    for (PyObject* o : old) Py_XDECREF(o);
+    Py_RETURN_NONE;
+}
+
+PyMethodDef kMethods[] = {
+    {"flatten", MethodFlatten, METH_O,
+     "flatten(obj) -> (children, aux_data): what JAX is given as the flatten function."},
+    {"flatten_with_keys", MethodFlattenWithKeys, METH_O,
+     "flatten_with_keys(obj) -> (((GetAttrKey, child), ...), aux_data)."},
+    {"unflatten", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MethodUnflatten)),
+     METH_FASTCALL, "unflatten(aux_data, children) -> a new instance, built without __init__."},
+    {"native_flatten", MethodNativeFlatten, METH_O,
+     "flatten, never checked and never delegated to the library (for checkers and tests)."},
+    {"native_flatten_with_keys", MethodNativeFlattenWithKeys, METH_O,
+     "flatten_with_keys, never checked and never delegated."},
+    {"native_unflatten",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MethodNativeUnflatten)),
+     METH_FASTCALL, "unflatten, never delegated."},
+    {"check_with", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MethodCheckWith)),
+     METH_VARARGS | METH_KEYWORDS,
+     "check_with(checker, flatten, flatten_with_keys, unflatten, *, checks=2, "
+     "irregular_checks=8): checker(obj) -> bool runs on the first `checks` instances and on "
+     "`irregular_checks` instances whose __dict__ holds other than the fields; on False the "
+     "node delegates to the given library functions from then on."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyObject* GetCls(PyObject* self, void*) { return Py_NewRef(Self(self)->cls); }
+PyObject* GetDataFields(PyObject* self, void*) { return Py_NewRef(Self(self)->data_fields); }
+PyObject* GetMetaFields(PyObject* self, void*) { return Py_NewRef(Self(self)->meta_fields); }
+PyObject* GetExtraFields(PyObject* self, void*) {
+    PyObject* e = Self(self)->extra_fields;
+    return Py_NewRef(e != nullptr ? e : Py_None);
+}
+PyObject* GetMissing(PyObject* self, void*) {
+    PyObject* m = Self(self)->missing;
+    if (m == nullptr) {
+        PyErr_SetString(PyExc_AttributeError, "this attribute node has no value for missing fields");
+        return nullptr;
+    }
+    return Py_NewRef(m);
+}
+PyObject* GetUseLibrary(PyObject* self, void*) { return PyBool_FromLong(Self(self)->use_library); }
+int SetUseLibrary(PyObject* self, PyObject* value, void*) {
+    const int on = value ? PyObject_IsTrue(value) : -1;
+    if (on < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "use_library cannot be deleted");
+        return -1;
+    }
+    AttrNode* node = Self(self);
+    if (on && node->library_unflatten == nullptr) {
+        PyErr_SetString(PyExc_ValueError, "use_library: no library functions (see check_with)");
+        return -1;
+    }
+    if (on) {
+        if (!SwitchToLibrary(node)) return -1;
+    } else {
+        node->use_library = false;
+    }
+    return 0;
+}
+PyObject* GetChecksLeft(PyObject* self, void*) {
+    return PyLong_FromLong(Self(self)->checks_left);
+}
+
+PyGetSetDef kGetSet[] = {
+    {"cls", GetCls, nullptr, "The class this node takes apart.", nullptr},
+    {"data_fields", GetDataFields, nullptr, "Names of the children, in order.", nullptr},
+    {"meta_fields", GetMetaFields, nullptr, "Names of the aux data values, in order.", nullptr},
+    {"extra_fields", GetExtraFields, nullptr, "Names kept as one aux item, or None.", nullptr},
+    {"missing", GetMissing, nullptr, "What an absent field reads as.", nullptr},
+    {"use_library", GetUseLibrary, SetUseLibrary,
+     "Whether the library's own functions answer (a check found a difference).", nullptr},
+    {"checks_left", GetChecksLeft, nullptr, "First instances still to be checked.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+// A tuple of interned exact str from a sequence of names; null with an error set.
+PyObject* NameTuple(PyObject* names, const char* what) {
+    Ref seq(PySequence_Tuple(names));
+    if (!seq) return nullptr;
+    return NewSequenceOf<true>(PyTuple_GET_SIZE(seq.get()), [&](Py_ssize_t i) -> PyObject* {
+        PyObject* name = PyTuple_GET_ITEM(seq.get(), i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_Format(PyExc_TypeError, "attribute node: %s must be str, got %R", what, name);
+            return nullptr;
+        }
+        PyObject* interned = Py_NewRef(name);
+        PyUnicode_InternInPlace(&interned);
+        return interned;
+    });
+}
+
+// The slot offset of each data and meta field that the class keeps in a writable object slot
+// (__slots__); 0 for the others. Null (no error) when none is a slot.
+bool FindSlots(AttrNode* node) {
+    const Py_ssize_t nd = NumData(node), n = nd + NumMeta(node);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* name = i < nd ? PyTuple_GET_ITEM(node->data_fields, i)
+                                : PyTuple_GET_ITEM(node->meta_fields, i - nd);
+        // Borrowed, used before anything else runs; _PyType_Lookup runs no Python code.
+        PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(node->cls), name);
+        if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) continue;
+        PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr)->d_member;
+        if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) continue;
+        if (node->slots == nullptr) {
+            node->slots = static_cast<Py_ssize_t*>(PyMem_Calloc(static_cast<size_t>(n),
+                                                                sizeof(Py_ssize_t)));
+            if (node->slots == nullptr) {
+                PyErr_NoMemory();
+                return false;
+            }
+        }
+        node->slots[i] = member->offset;
+    }
+    return true;
+}
+
+bool CheckDistinct(AttrNode* node) {
+    Ref seen(PySet_New(nullptr));
+    if (!seen) return false;
+    for (PyObject* group : {node->data_fields, node->meta_fields, node->extra_fields}) {
+        if (group == nullptr) continue;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(group); ++i) {
+            PyObject* name = PyTuple_GET_ITEM(group, i);
+            const int has = PySet_Contains(seen.get(), name);
+            if (has < 0) return false;
+            if (has) {
+                PyErr_Format(PyExc_ValueError, "attribute node: field %R is named twice", name);
+                return false;
+            }
+            if (PySet_Add(seen.get(), name) < 0) return false;
+        }
+    }
+    return true;
+}
+
+int Traverse(PyObject* self, visitproc visit, void* arg) {
+    AttrNode* n = Self(self);
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(n->cls);
+    Py_VISIT(n->data_fields);
+    Py_VISIT(n->meta_fields);
+    Py_VISIT(n->extra_fields);
+    Py_VISIT(n->missing);
+    Py_VISIT(n->keys);
+    Py_VISIT(n->regular_aux);
+    Py_VISIT(n->checker);
+    Py_VISIT(n->library_flatten);
+    Py_VISIT(n->library_flatten_with_keys);
+    Py_VISIT(n->library_unflatten);
+    return 0;
+}
+
+int Clear(PyObject* self) {
+    AttrNode* n = Self(self);
+    // The layout stays readable until the node dies (a walk may be using it); only the links a
+    // cycle can run through are cut here: the checker and the library functions.
+    Py_CLEAR(n->checker);
+    Py_CLEAR(n->library_flatten);
+    Py_CLEAR(n->library_flatten_with_keys);
+    Py_CLEAR(n->library_unflatten);
+    n->use_library = false;
+    n->checks_left = n->irregular_checks_left = 0;
+    return 0;
+}
+
+void Dealloc(PyObject* self) {
+    PyTypeObject* tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Clear(self);
+    AttrNode* n = Self(self);
+    Py_CLEAR(n->cls);
+    Py_CLEAR(n->data_fields);
+    Py_CLEAR(n->meta_fields);
+    Py_CLEAR(n->extra_fields);
+    Py_CLEAR(n->missing);
+    Py_CLEAR(n->keys);
+    Py_CLEAR(n->regular_aux);
+    PyMem_Free(n->slots);
+    n->slots = nullptr;
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+    static const char* kwlist[] = {"cls", "data_fields", "meta_fields", "missing", "extra_fields",
+                                   nullptr};
+    PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OO", const_cast<char**>(kwlist), &cls,
+                                     &data, &meta, &missing, &extra)) {
+        return nullptr;
+    }
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "attribute node: expected a class, got %R", cls);
+        return nullptr;
+    }
+    if (extra != Py_None && missing == nullptr) {
+        PyErr_SetString(PyExc_TypeError, "attribute node: extra_fields needs a `missing` value");
+        return nullptr;
+    }
+    Ref self(type->tp_alloc(type, 0));  // zeroed: every field null
+    if (!self) return nullptr;
+    AttrNode* n = Self(self.get());
+    n->cls = Py_NewRef(cls);
+    n->missing = Py_XNewRef(missing);
+    n->data_fields = NameTuple(data, "data_fields");
+    if (n->data_fields == nullptr) return nullptr;
+    n->meta_fields = meta ? NameTuple(meta, "meta_fields") : PyTuple_New(0);
+    if (n->meta_fields == nullptr) return nullptr;
+    if (extra != Py_None) {
+        n->extra_fields = NameTuple(extra, "extra_fields");
+        if (n->extra_fields == nullptr) return nullptr;
+    }
+    if (!CheckDistinct(n) || !FindSlots(n)) return nullptr;
+    n->keys = NewSequenceOf<true>(NumData(n), [&](Py_ssize_t i) {
+        return keys::GetAttr(PyTuple_GET_ITEM(n->data_fields, i));
+    });
+    if (n->keys == nullptr) return nullptr;
+    if (NumMeta(n) == 0) {
+        n->regular_aux = n->extra_fields ? PyTuple_Pack(1, n->missing) : PyTuple_New(0);
+        if (n->regular_aux == nullptr) return nullptr;
+    }
+    return self.release();
+}
+
+PyObject* Repr(PyObject* self) {
+    AttrNode* n = Self(self);
+    return PyUnicode_FromFormat("AttrNode(%.200s, data_fields=%R, meta_fields=%R)",
+                                reinterpret_cast<PyTypeObject*>(n->cls)->tp_name, n->data_fields,
+                                n->meta_fields);
+}
+
+}  // namespace
+
+Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out) {
+    return ReadFields(node, obj, want_aux, /*check=*/true, out);
+}
+
+bool CheckAux(AttrNode* node, PyObject* aux) {
+    if (PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == AuxLength(node)) return true;
+    PyErr_Format(PyExc_ValueError,
+                 "attribute node of %.200s: expected aux data a tuple of %zd items, got %.200R",
+                 reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, AuxLength(node), aux);
+    return false;
+}
+
+PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
+    if (n != NumData(node)) {
+        PyErr_Format(PyExc_ValueError,
+                     "attribute node of %.200s: expected %zd children, got %zd",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, NumData(node), n);
+        return nullptr;
+    }
+    if (!CheckAux(node, aux)) return nullptr;
+    // `aux`, its items and `children` are the caller's and stay alive throughout; setattr can
+    // run Python code (a descriptor's __set__), so nothing of the new object is borrowed.
+    Ref obj(NewInstance(node->cls));
+    if (!obj) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!SetField(node, obj.get(), PyTuple_GET_ITEM(node->data_fields, i), children[i])) {
+            return nullptr;
+        }
+    }
+    Py_ssize_t at = 0;
+    if (node->extra_fields != nullptr) {
+        PyObject* extras = PyTuple_GET_ITEM(aux, at++);
+        if (extras != node->missing) {
+            const Py_ssize_t ne = PyTuple_GET_SIZE(node->extra_fields);
+            if (!PyTuple_Check(extras) || PyTuple_GET_SIZE(extras) != ne) {
+                PyErr_Format(PyExc_ValueError,
+                             "attribute node of %.200s: the extra fields' aux item must be "
+                             "the missing value or a tuple of %zd items, got %.200R",
+                             reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, ne, extras);
+                return nullptr;
+            }
+            Ref dict(PyObject_GenericGetDict(obj.get(), nullptr));
+            if (!dict) return nullptr;
+            for (Py_ssize_t j = 0; j < ne; ++j) {
+                if (PyDict_SetItem(dict.get(), PyTuple_GET_ITEM(node->extra_fields, j),
+                                   PyTuple_GET_ITEM(extras, j)) < 0) {
+                    return nullptr;
+                }
+            }
+        }
+    }
+    for (Py_ssize_t k = 0; k < NumMeta(node); ++k) {
+        if (!SetField(node, obj.get(), PyTuple_GET_ITEM(node->meta_fields, k),
+                      PyTuple_GET_ITEM(aux, at + k))) {
+            return nullptr;
+        }
+    }
+    return obj.release();
+}
+
+PyTypeObject* CreateType() {
+    static PyType_Slot slots[] = {
+        {Py_tp_new, reinterpret_cast<void*>(New)},
+        {Py_tp_dealloc, reinterpret_cast<void*>(Dealloc)},
+        {Py_tp_traverse, reinterpret_cast<void*>(Traverse)},
+        {Py_tp_clear, reinterpret_cast<void*>(Clear)},
+        {Py_tp_methods, kMethods},
+        {Py_tp_getset, kGetSet},
+        {Py_tp_repr, reinterpret_cast<void*>(Repr)},
+        {Py_tp_doc,
+         const_cast<char*>(
+             "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None)\n"
+             "--\n\nThe layout of an attribute node (see "
+             "fastree.tree_util.register_attribute_node).")},
+        {0, nullptr},
+    };
+    static PyType_Spec spec = {"fastree._core.AttrNode", sizeof(AttrNode), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+    g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
+    return g_type;
+}
+
+bool IsNode(PyObject* obj) { return g_type != nullptr && Py_TYPE(obj) == g_type; }
+
+}  // namespace attr
+}  // namespace fastree

@@ -1,0 +1,88 @@
+// Attribute nodes: classes whose children are named attributes of the instance (equinox Modules,
+// frozen dataclasses built without __init__). One AttrNode object per registered class holds its
+// layout and serves both sides:
+//   - fastree's walkers read it natively (NodeKind::kAttribute, kinds_read.h), with no Python
+//     frame per node;
+//   - JAX is handed its C-implemented flatten / flatten_with_keys / unflatten methods, so JAX's
+//     own tree functions and jit dispatch run it without a Python frame either.
+//
+// Layout (what one instance gives):
+//   children  the data fields, in order, each read from the instance's own storage (its
+//             __dict__, or a slot): never a class attribute, a property or __getattr__.
+//   aux data  a tuple: the meta fields' values, in order, preceded (if extra fields are given)
+//             by one item for the extra fields: `missing` when the instance __dict__ holds
+//             exactly as many entries as there are data and meta fields, else the tuple of the
+//             extra fields' values (each `missing` where absent). This is equinox's layout for
+//             the attributes functools.wraps copies onto a Module.
+//   absent    an absent data or meta field reads as `missing` when one is given, and is an
+//             AttributeError otherwise.
+//   rebuild   object.__new__(cls), then object.__setattr__ for each data field, the extra
+//             fields written into the instance __dict__ (when not `missing`), then each meta
+//             field; a field whose value is `missing` is left unset. __init__ never runs.
+//
+// Checked use: an integration (python/fastree/integrations/) may attach a checker and the
+// library's own functions. The checker runs on the first instances (and on instances whose
+// __dict__ holds other than the fields) before any native output leaves; if it finds a
+// difference, the node delegates to the library's functions from then on (use_library).
+#pragma once
+
+#include <Python.h>
+
+#include "pyutils.h"
+
+namespace fastree {
+namespace attr {
+
+struct AttrNode {
+    PyObject_HEAD
+    // The layout (immutable once made). All owned; all visited by the GC.
+    PyObject* cls;           // the class (a type)
+    PyObject* data_fields;   // tuple of interned str: the children, in order
+    PyObject* meta_fields;   // tuple of interned str: the aux data values, in order
+    PyObject* extra_fields;  // tuple of interned str, or null: see "aux data" above
+    PyObject* missing;       // what an absent field reads as, or null: absent is an error
+    PyObject* keys;          // tuple of GetAttrKey, one per data field
+    PyObject* regular_aux;   // the aux of an instance holding exactly its fields, when it has
+                             // no meta fields ((missing,) or ()): shared, made once
+    Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
+                             // from __dict__ (PyMem; null when no field is a slot)
+    // Checking against the library (null / 0 / false for a node registered directly).
+    PyObject* checker;                    // checker(obj) -> bool
+    PyObject* library_flatten;            // the library's own functions
+    PyObject* library_flatten_with_keys;
+    PyObject* library_unflatten;
+    int checks_left;            // instances still to check
+    int irregular_checks_left;  // of those whose __dict__ holds other than the fields
+    bool use_library;           // a check failed: the library's functions answer
+    PyObject* weakrefs;
+};
+
+// Creates the AttrNode type; null with an error set. Called once, at module init.
+PyTypeObject* CreateType();
+bool IsNode(PyObject* obj);
+inline AttrNode* AsNode(PyObject* obj) { return reinterpret_cast<AttrNode*>(obj); }
+
+// What a read of one instance found: its children (owned) and, if asked for, its aux data.
+struct Fields {
+    RefSmallVector<16> children;
+    Ref aux;
+};
+
+enum class Outcome : uint8_t { kNative, kLibrary, kError };
+
+// Reads `obj` natively into `out` (aux only if want_aux). Runs the checker first where one is
+// due: kLibrary when the node now delegates to the library (nothing read), kError with an error
+// set. `obj` must be an instance of node->cls.
+Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out);
+
+// Rebuilds an instance from aux data and `n` children (borrowed). Null with an error set when
+// the aux data or the number of children does not fit the layout.
+PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n);
+
+// Whether `aux` fits the layout (a tuple of the right length): false with a ValueError set.
+bool CheckAux(AttrNode* node, PyObject* aux);
+
+inline Py_ssize_t NumChildren(const AttrNode* node) { return PyTuple_GET_SIZE(node->data_fields); }
+
+}  // namespace attr
+}  // namespace fastree

@@ -1,0 +1,63 @@
+"""Library node classes read natively: equinox Modules (more libraries: one module each).
+
+A library registers its node classes with JAX by passing Python flatten/unflatten functions. When
+fastree is installed (``python -m fastree.run``, ``FASTREE_INSTALL=1``, ``fastree.install()``)
+before the library registers, the registration reaches fastree, which asks :func:`native_node`
+whether an integration knows those functions. If one does, the class is registered, with JAX and
+with fastree, as an attribute node (:class:`fastree._core.AttrNode`): C functions that give the
+same output as the library's, checked against them on the first instances.
+
+An integration module is imported only once its library is loaded; none of the libraries is a
+dependency of fastree.
+
+>>> from fastree import integrations
+>>> integrations.status(dict)
+'not an attribute node'
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from .. import _core
+from . import _checked
+
+# (module whose presence shows the library is loaded, fastree integration module)
+_LIBRARIES = (("equinox._module._flatten", "equinox"),)
+
+
+def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
+    """The checked AttrNode an integration offers for this registration, or None."""
+    for marker, name in _LIBRARIES:
+        if marker not in sys.modules:
+            continue
+        integration = importlib.import_module(f"{__name__}.{name}")
+        node = integration.native_node(cls, flatten_with_keys, unflatten, flatten)
+        if node is not None:
+            return node
+    return None
+
+
+def accelerate() -> list[type]:
+    """Makes classes that loaded libraries registered before install native for fastree.
+
+    See :func:`fastree.integrations.equinox.accelerate` for what this can and cannot reach.
+    """
+    changed: list[type] = []
+    for marker, name in _LIBRARIES:
+        if marker in sys.modules:
+            changed += importlib.import_module(f"{__name__}.{name}").accelerate()
+    return changed
+
+
+def status(cls: type) -> str:
+    """How fastree reads ``cls``: natively, still being checked, or by its library (and why)."""
+    node = _core.attribute_node(cls)
+    if node is None:
+        reason = _checked.fallbacks.get(cls)
+        return f"library: {reason}" if reason else "not an attribute node"
+    if node.use_library:
+        return f"library: {_checked.fallbacks.get(cls, 'switched by hand')}"
+    return "checking" if node.checks_left else "native"

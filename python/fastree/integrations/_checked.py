@@ -1,0 +1,96 @@
+"""Checking a native attribute node against the library functions it stands in for.
+
+An integration hands a class to the core as an :class:`~fastree._core.AttrNode` only together with
+a checker made here. The core calls the checker on the class's first instances (and on instances
+whose ``__dict__`` holds other than the fields: partly initialised, wrapped) before any native
+output leaves. It compares, for that instance:
+
+- the children (the same objects, in the same order) and the aux data (the same objects in the
+  same tuple shape) of the library's ``flatten`` and of the node's;
+- the keys and children of both ``flatten_with_keys`` functions;
+- the objects each ``unflatten`` rebuilds: same class, same instance state (names in the same
+  order, the same value objects).
+
+On any difference, or if a library function raises, the node delegates to the library's functions
+for that class from then on (the core also re-registers the class with them), and the reason is
+kept for :func:`fastree.integrations.status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# Why a class went back to its library's functions: class -> reason.
+fallbacks: dict[type, str] = {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Identity, looking one level into tuples the flatten functions build afresh (the aux tuple
+    # and equinox's tuple of wrapper attributes). Never ==: an array in the aux data would raise.
+    if a is b:
+        return True
+    if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
+        return False
+    return all(_same(x, y) for x, y in zip(a, b))
+
+
+def _state(obj: Any) -> list[tuple[str, Any]]:
+    # What an instance holds: its __dict__ in order, then its filled slots.
+    items = list(getattr(obj, "__dict__", {}).items())
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            sentinel = object()
+            value = getattr(obj, name, sentinel)
+            if value is not sentinel:
+                items.append((name, value))
+    return items
+
+
+def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
+                flatten_with_keys: Callable[..., Any], unflatten: Callable[..., Any]) -> str | None:
+    lib_children, lib_aux = flatten(obj)
+    lib_children = tuple(lib_children)
+    nat_children, nat_aux = node.native_flatten(obj)
+    if not _same(lib_children, nat_children):
+        return "flatten: the children differ"
+    if not _same(lib_aux, nat_aux):
+        return "flatten: the aux data differ"
+    lib_pairs, lib_keyed_aux = flatten_with_keys(obj)
+    lib_pairs = tuple(lib_pairs)
+    nat_pairs, nat_keyed_aux = node.native_flatten_with_keys(obj)
+    if len(lib_pairs) != len(nat_pairs) or not _same(lib_keyed_aux, nat_keyed_aux):
+        return "flatten_with_keys: the output differs"
+    for (lib_key, lib_child), (nat_key, nat_child) in zip(lib_pairs, nat_pairs):
+        if type(lib_key) is not type(nat_key) or lib_key != nat_key or lib_child is not nat_child:
+            return f"flatten_with_keys: {lib_key!r} differs from {nat_key!r}"
+    lib_obj = unflatten(lib_aux, lib_children)
+    nat_obj = node.native_unflatten(nat_aux, nat_children)
+    if type(lib_obj) is not type(nat_obj):
+        return "unflatten: the classes differ"
+    lib_state, nat_state = _state(lib_obj), _state(nat_obj)
+    if [k for k, _ in lib_state] != [k for k, _ in nat_state]:
+        return "unflatten: the rebuilt attributes differ"
+    if not all(a is b for (_, a), (_, b) in zip(lib_state, nat_state)):
+        return "unflatten: the rebuilt values differ"
+    return None
+
+
+def attach(node: Any, flatten: Callable[..., Any], flatten_with_keys: Callable[..., Any],
+           unflatten: Callable[..., Any]) -> None:
+    """Makes ``node`` check itself against the library's functions on its first instances."""
+
+    def check(obj: Any) -> bool:
+        try:
+            reason = _difference(node, obj, flatten, flatten_with_keys, unflatten)
+        except Exception as error:  # noqa: BLE001 -- any failure means "do not trust the node"
+            reason = f"{type(error).__name__} while checking: {error}"
+        if reason is None:
+            return True
+        fallbacks[node.cls] = reason
+        return False
+
+    node.check_with(check, flatten, flatten_with_keys, unflatten)

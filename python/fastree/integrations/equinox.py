@@ -1,0 +1,121 @@
+"""equinox Modules as native attribute nodes.
+
+equinox (0.13) registers each Module class with generated Python functions
+(``equinox/_module/_flatten.py``): children are the dynamic fields read with
+``obj.__dict__.get(name, MISSING)``; the aux data is a tuple whose first item is ``MISSING`` when
+``__dict__`` holds exactly the fields and otherwise the tuple of the five attributes
+``functools.wraps`` copies (``WRAPPER_FIELD_NAMES``), followed by the static fields' values; the
+rebuild is ``object.__new__`` plus ``object.__setattr__``, skipping ``MISSING``. That is exactly
+an :class:`~fastree._core.AttrNode` with ``missing=MISSING`` and
+``extra_fields=WRAPPER_FIELD_NAMES``, so each class gets one, checked against equinox's own
+functions on its first instances (:mod:`fastree.integrations._checked`).
+
+Converters and ``__post_init__`` run in ``__init__``, which neither equinox's unflatten nor the
+node calls. A version of equinox not listed in :data:`KNOWN_VERSIONS`, or functions that are not
+equinox's generated ones, leave the registration to equinox.
+
+Nothing here imports equinox: the registration hook calls :func:`native_node` only for a class
+being registered while ``equinox._module._flatten`` is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import sys
+from typing import Any
+
+from .. import _core, _jax_compat
+from . import _checked
+
+# equinox releases whose Module layout this module reproduces: [first, past-the-end).
+KNOWN_VERSIONS = ((0, 13, 0), (0, 14, 0))
+_FLATTEN_MODULE = "equinox._module._flatten"
+
+
+@functools.cache
+def _version() -> tuple[int, ...] | None:
+    try:
+        text = importlib.metadata.version("equinox")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def known_version() -> bool:
+    """Whether the installed equinox is one whose Module layout fastree reproduces."""
+    version = _version()
+    return version is not None and KNOWN_VERSIONS[0] <= version < KNOWN_VERSIONS[1]
+
+
+def _generated(fn: Any, prefix: str, cls: type) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == f"<{prefix}_{cls.__qualname__}>"
+
+
+def _is_equinox_registration(cls: type, flatten_with_keys: Any, unflatten: Any,
+                             flatten: Any) -> bool:
+    return (
+        _generated(flatten, "generated_flatten", cls)
+        and _generated(flatten_with_keys, "generated_flatten_with_keys", cls)
+        and isinstance(unflatten, functools.partial)
+        and unflatten.args == (cls,)
+        and not unflatten.keywords
+        and _generated(unflatten.func, "generated_unflatten", cls)
+    )
+
+
+def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
+                flatten: Any) -> Any | None:
+    """The checked :class:`~fastree._core.AttrNode` for an equinox registration, or None.
+
+    None unless the functions are the ones equinox generated for ``cls`` and the installed
+    equinox is a known version.
+    """
+    layout = sys.modules.get(_FLATTEN_MODULE)
+    if layout is None or not known_version():
+        return None
+    if not _is_equinox_registration(cls, flatten_with_keys, unflatten, flatten):
+        return None
+    missing = getattr(layout, "MISSING", None)
+    wrapper_fields = getattr(layout, "WRAPPER_FIELD_NAMES", None)
+    if missing is None or not isinstance(wrapper_fields, tuple):
+        return None
+    if not dataclasses.is_dataclass(cls):
+        return None
+    fields = dataclasses.fields(cls)
+    dynamic = tuple(f.name for f in fields if not f.metadata.get("static", False))
+    static = tuple(f.name for f in fields if f.metadata.get("static", False))
+    node = _core.AttrNode(cls, dynamic, static, missing=missing, extra_fields=wrapper_fields)
+    _checked.attach(node, flatten, flatten_with_keys, unflatten)
+    return node
+
+
+def accelerate() -> list[type]:
+    """Makes fastree's own functions read equinox classes registered before fastree was installed.
+
+    Classes equinox registered while fastree was installed (``python -m fastree.run``,
+    ``FASTREE_INSTALL=1``, or ``fastree.install()`` before ``import equinox``) are native nodes
+    in JAX and fastree alike. Those registered earlier stay equinox's in JAX, which refuses a
+    second registration; this makes them native for fastree's functions only
+    (``fastree.tree_util``, and the ``jax.tree_util`` functions that install routes to fastree).
+    Returns the classes it changed.
+    """
+    changed = []
+    for cls in _jax_compat.jax_registered_types():
+        entry = _jax_compat.jax_registry_entry(cls)
+        keyed = _jax_compat.jax_keypath_registry_entry(cls)
+        if entry is None or keyed is None or _core.attribute_node(cls) is not None:
+            continue
+        node = native_node(cls, keyed.flatten_with_keys, entry.from_iter, entry.to_iter)
+        if node is not None:
+            _core.register_attribute_node(node)
+            changed.append(cls)
+    return changed
