@@ -108,7 +108,11 @@ class Stub:
 
 STUB_DECLARED = Stub(STUB.read_text())
 # The runtime class behind each stub class (ModuleState is only the type of `_module_state`).
-RUNTIME_CLASSES = {"PyTreeDef": _core.PyTreeDef, "ModuleState": type(_core._module_state)}
+RUNTIME_CLASSES = {
+    "PyTreeDef": _core.PyTreeDef,
+    "ModuleState": type(_core._module_state),
+    "AttrNode": _core.AttrNode,
+}
 
 
 def _check_against(runtime: Any, declared: list[ast.FunctionDef], drop_first: bool) -> None:

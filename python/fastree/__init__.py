@@ -39,6 +39,9 @@ from ._serialize import deserialize as deserialize  # noqa: E402
 from ._identity import SharedObject as SharedObject  # noqa: E402
 from ._identity import find_shared as find_shared  # noqa: E402
 from ._jit import jit as jit  # noqa: E402
+from ._registration import register_attribute_node as register_attribute_node  # noqa: E402
+
+from . import integrations as integrations  # noqa: E402
 
 # Routing jax.tree_util / jax.tree to fastree for the whole process.
 from ._install import install as install  # noqa: E402
@@ -67,8 +70,10 @@ __all__ = [
     "installed",
     "installed_functions",
     "is_installed",
+    "integrations",
     "jit",
     "original",
+    "register_attribute_node",
     "strict_aux",
     "structure_diff",
     "to_jax",

@@ -109,6 +109,68 @@ def register_pytree_with_keys(
     )
 
 
+_NO_MISSING: Any = object()
+
+
+def register_attribute_node(
+    nodetype: type[T],
+    data_fields: Sequence[str],
+    meta_fields: Sequence[str] = (),
+    *,
+    missing: Any = _NO_MISSING,
+    extra_fields: Sequence[str] | None = None,
+    preserve_identity: bool = False,
+) -> None:
+    """Makes ``nodetype`` a pytree node read and rebuilt in C++, by fastree and by JAX alike.
+
+    The children are the ``data_fields``, read from each instance's own storage (its
+    ``__dict__``, or a ``__slots__`` slot; never a class attribute or a property), and keyed
+    ``GetAttrKey(name)``. The aux data is the tuple of the ``meta_fields`` values. A rebuilt
+    instance is made as ``object.__new__(nodetype)`` followed by ``object.__setattr__`` per field:
+    ``__init__`` does not run, and frozen dataclasses work. JAX is given C functions for flatten,
+    flatten-with-keys and unflatten, so ``jax.tree_util`` and ``jax.jit`` dispatch run no Python
+    frame per node either.
+
+    Args:
+      nodetype: the class.
+      data_fields: names of the attributes that are children, in order.
+      meta_fields: names of the attributes that form the aux data, in order.
+      missing: the value an absent field reads as; a rebuild leaves a field whose value is
+        ``missing`` unset. Without it, an absent field is an ``AttributeError``.
+      extra_fields: attributes that instances rarely have (equinox's functools.wraps fields):
+        the aux data then starts with one item, ``missing`` when ``__dict__`` holds exactly the
+        fields, else the tuple of these attributes' values (``missing`` where absent); a rebuild
+        writes them into ``__dict__``. Needs ``missing``.
+      preserve_identity: as for :func:`register_pytree_node`.
+
+    >>> import dataclasses, fastree, jax
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Dense:
+    ...     weight: object
+    ...     bias: object
+    ...     activation: str
+    >>> fastree.register_attribute_node(Dense, ["weight", "bias"], ["activation"])
+    >>> layer = Dense(1.0, 2.0, "relu")
+    >>> leaves, treedef = jax.tree_util.tree_flatten(layer)
+    >>> leaves, treedef.node_data()[1]
+    ([1.0, 2.0], ('relu',))
+    >>> jax.tree_util.tree_map(lambda x: x * 10, layer)
+    Dense(weight=10.0, bias=20.0, activation='relu')
+    >>> fastree.tree_util.tree_flatten_with_path(layer)[0][0]
+    ((GetAttrKey(name='weight'),), 1.0)
+    """
+    _require_type(nodetype, "register_attribute_node")
+    options = {} if missing is _NO_MISSING else {"missing": missing}
+    # Made (and checked) before anything is registered anywhere.
+    node = _core.AttrNode(nodetype, data_fields, meta_fields, extra_fields=extra_fields, **options)
+    if preserve_identity:
+        _register_with_jax_as_dag(nodetype)
+    else:
+        _jtu.register_pytree_with_keys(nodetype, node.flatten_with_keys, node.unflatten,
+                                       node.flatten)
+    _core.register_attribute_node(node, preserve_identity)
+
+
 def register_pytree_node_class(cls: Typ | None = None, *, preserve_identity: bool = False) -> Any:
     """Class decorator: registers ``cls`` using its ``tree_flatten``/``tree_unflatten``.
 
