@@ -23,7 +23,7 @@ from benchmarks.results import (
     TreeInfo,
     WorkloadRow,
 )
-from benchmarks.selection import selected_ops
+from benchmarks.selection import case_selected, selected_ops
 from benchmarks.settings import Settings, settings_for
 from benchmarks.trees import RECIPES, Recipe, TreeCase, build_case, case_name
 from benchmarks.unsupported import Unsupported
@@ -65,7 +65,32 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     result = run(args)
     write_outputs(result, args.out, write_results=args.write_results)
+    _run_library_nodes(args)
     return 0
+
+
+LIBRARY_NODES = "equinox-library-nodes"
+
+
+def _run_library_nodes(args: argparse.Namespace) -> None:
+    """The equinox model plain vs installed first (benchmarks/library_nodes.py): two processes
+    per round, so it runs after the in-process suite and writes its own table and chart."""
+    from benchmarks import library_nodes
+    from benchmarks.workloads import WORKLOAD_OP
+
+    if not case_selected(WORKLOAD_OP, LIBRARY_NODES, args.only):
+        return
+    try:
+        import equinox  # noqa: F401 - only asks whether it is there
+        import optax  # noqa: F401
+    except ImportError as error:
+        _progress(f"library nodes not run: {error}")
+        return
+    _progress("library nodes: equinox model, plain vs installed first (separate processes)")
+    result = library_nodes.run(2 if args.quick else 3, progress=_progress)
+    sys.stdout.write("\n" + library_nodes.render(result))
+    written = library_nodes.write_outputs(result, args.out)
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> RunResult:

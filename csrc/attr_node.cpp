@@ -3,6 +3,7 @@
 #include "attr_node.h"
 
 #include <string>
+#include <vector>
 
 #include "keys.h"
 #include "registry.h"
@@ -48,17 +49,21 @@ PyObject* Stored(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t
     return Py_XNewRef(PyDict_GetItemWithError(dict, name));
 }
 
-// Field `i`'s value: stored, or `missing`, or an AttributeError. A new reference or null.
-PyObject* Value(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
-                PyObject* name) {
-    PyObject* v = Stored(node, obj, dict, i, name);
-    if (v != nullptr || PyErr_Occurred()) return v;
+// An absent field's value: `missing`, or an AttributeError (null).
+PyObject* Absent(const AttrNode* node, PyObject* name) {
     if (node->missing != nullptr) return Py_NewRef(node->missing);
     PyErr_Format(PyExc_AttributeError,
                  "%.200s instance has no attribute %R (a field of its fastree attribute node), "
                  "and the node has no value for missing fields",
                  reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, name);
     return nullptr;
+}
+
+// Field `i`'s value: stored, or `missing`, or an AttributeError. A new reference or null.
+PyObject* Value(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
+                PyObject* name) {
+    PyObject* v = Stored(node, obj, dict, i, name);
+    return v != nullptr || PyErr_Occurred() ? v : Absent(node, name);
 }
 
 // Whether the instance's __dict__ holds exactly the fields kept there: the instances the
@@ -75,6 +80,7 @@ bool Regular(const AttrNode* node, PyObject* dict) {
 
 // The aux data of an instance, as a new tuple (or the shared regular one).
 PyObject* Aux(const AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
+    if (node->names_as_aux) return Py_NewRef(node->data_fields);
     // Shared when it cannot differ: no meta fields, and no extra fields to report.
     if (node->regular_aux != nullptr && (regular || node->extra_fields == nullptr)) {
         return Py_NewRef(node->regular_aux);
@@ -137,18 +143,27 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
     if (!InstanceDict(obj, &dict)) return Outcome::kError;
     bool regular = Regular(node, dict.get());
     if (check) {
+        if (node->use_library) return Outcome::kLibrary;
+        if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
         const Outcome outcome = CheckIfDue(node, obj, regular);
         if (outcome != Outcome::kNative) return outcome;
         // The checker ran Python code: read the instance as it is now.
         if (!InstanceDict(obj, &dict)) return Outcome::kError;
         regular = Regular(node, dict.get());
+        if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
     }
     // Every value is read before anything is visited, as the library's flatten reads them all
     // before JAX walks its output: a callback that changes the instance later is not seen.
     const Py_ssize_t nd = NumData(node);
     for (Py_ssize_t i = 0; i < nd; ++i) {
         out->children.push_back(nullptr);  // the slot first: a push that throws leaks nothing
-        PyObject* v = Value(node, obj, dict.get(), i, PyTuple_GET_ITEM(node->data_fields, i));
+        PyObject* name = PyTuple_GET_ITEM(node->data_fields, i);
+        PyObject* v = Stored(node, obj, dict.get(), i, name);
+        if (v == nullptr && !PyErr_Occurred()) {
+            // As many names as fields, but not the fields: the library's instance.
+            if (check && node->delegate_irregular) return Outcome::kLibraryOnce;
+            v = Absent(node, name);
+        }
         if (v == nullptr) return Outcome::kError;
         out->children[static_cast<size_t>(i)] = v;
     }
@@ -189,6 +204,35 @@ bool CheckInstance(const AttrNode* node, PyObject* obj) {
 
 PyObject* PairOf(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }
 
+PyObject* NoLibrary(const AttrNode* node) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "attribute node of %.200s: the library's functions it delegates to are gone",
+                 reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
+    return nullptr;
+}
+
+// Whether `aux` is the node's own names (the regular aux data of a names_as_aux node).
+int IsOwnNames(const AttrNode* node, PyObject* aux) {
+    if (aux == node->data_fields) return 1;
+    if (!PyTuple_CheckExact(aux)) return 0;
+    return PyObject_RichCompareBool(aux, node->data_fields, Py_EQ);
+}
+
+// After the fields: obj.__post_init__() when the class has a truthy one (chex's rebuild, which
+// asks `getattr(obj, "__post_init__", None)`).
+bool RunPostInit(PyObject* obj) {
+    Ref method(PyObject_GetAttrString(obj, "__post_init__"));
+    if (!method) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return false;
+        PyErr_Clear();  // getattr's default: no __post_init__
+        return true;
+    }
+    const int truthy = PyObject_IsTrue(method.get());
+    if (truthy <= 0) return truthy == 0;
+    Ref done(PyObject_CallNoArgs(method.get()));
+    return static_cast<bool>(done);
+}
+
 // flatten / flatten_with_keys: (children, aux) or (((key, child), ...), aux).
 PyObject* FlattenImpl(AttrNode* node, PyObject* obj, bool with_keys, bool check) {
     if (!CheckInstance(node, obj)) return nullptr;
@@ -196,9 +240,11 @@ PyObject* FlattenImpl(AttrNode* node, PyObject* obj, bool with_keys, bool check)
     switch (ReadFields(node, obj, /*want_aux=*/true, check, &f)) {
         case Outcome::kError:
             return nullptr;
-        case Outcome::kLibrary: {
+        case Outcome::kLibrary:
+        case Outcome::kLibraryOnce: {
             Ref fn = Ref::FromBorrowed(with_keys ? node->library_flatten_with_keys
                                                  : node->library_flatten);
+            if (!fn) return NoLibrary(node);
             return PyObject_CallOneArg(fn.get(), obj);
         }
         case Outcome::kNative:
@@ -224,6 +270,7 @@ PyObject* UnflattenImpl(AttrNode* node, PyObject* const* args, Py_ssize_t nargs,
     }
     if (library && node->use_library) {
         Ref fn = Ref::FromBorrowed(node->library_unflatten);
+        if (!fn) return NoLibrary(node);
         return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
     }
     Ref seq(PySequence_Fast(args[1], "unflatten: children must be a sequence"));
@@ -256,13 +303,20 @@ PyObject* MethodNativeUnflatten(PyObject* self, PyObject* const* args, Py_ssize_
 }
 
 PyObject* MethodCheckWith(PyObject* self, PyObject* args, PyObject* kwargs) {
-    static const char* kwlist[] = {"checker",  "flatten", "flatten_with_keys",
-                                   "unflatten", "checks",  "irregular_checks", nullptr};
+    static const char* kwlist[] = {"checker", "flatten",          "flatten_with_keys",
+                                   "unflatten", "checks", "irregular_checks",
+                                   "delegate_irregular", nullptr};
     PyObject *checker, *flatten, *flatten_with_keys, *unflatten;
-    int checks = 2, irregular = 8;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO|$ii", const_cast<char**>(kwlist),
+    int checks = 2, irregular = 8, delegate = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO|$iip", const_cast<char**>(kwlist),
                                      &checker, &flatten, &flatten_with_keys, &unflatten, &checks,
-                                     &irregular)) {
+                                     &irregular, &delegate)) {
+        return nullptr;
+    }
+    if (delegate && !Self(self)->names_as_aux) {
+        // Only there does the aux data say what the children are (their names), so that a
+        // treedef node made by the library's flatten can be keyed and rebuilt.
+        PyErr_SetString(PyExc_ValueError, "check_with: delegate_irregular needs names_as_aux");
         return nullptr;
     }
     for (PyObject* fn : {checker, flatten, flatten_with_keys, unflatten}) {
@@ -282,6 +336,7 @@ PyObject* MethodCheckWith(PyObject* self, PyObject* args, PyObject* kwargs) {
     node->checks_left = checks < 0 ? 0 : checks;
     node->irregular_checks_left = irregular < 0 ? 0 : irregular;
     node->use_library = false;
+    node->delegate_irregular = delegate != 0;
     for (PyObject* o : old) Py_XDECREF(o);
     Py_RETURN_NONE;
 }
@@ -303,9 +358,10 @@ PyMethodDef kMethods[] = {
     {"check_with", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MethodCheckWith)),
      METH_VARARGS | METH_KEYWORDS,
      "check_with(checker, flatten, flatten_with_keys, unflatten, *, checks=2, "
-     "irregular_checks=8): checker(obj) -> bool runs on the first `checks` instances and on "
-     "`irregular_checks` instances whose __dict__ holds other than the fields; on False the "
-     "node delegates to the given library functions from then on."},
+     "irregular_checks=8, delegate_irregular=False): checker(obj) -> bool runs on the first "
+     "`checks` instances and on `irregular_checks` instances whose __dict__ holds other than "
+     "the fields; on False the node delegates to the given library functions from then on. "
+     "delegate_irregular (names_as_aux nodes): such instances are the library's, always."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -400,6 +456,40 @@ bool FindSlots(AttrNode* node) {
     return true;
 }
 
+// rebuild_order: the data fields again, in the order a rebuild sets them.
+bool FindRebuildOrder(AttrNode* node, PyObject* order) {
+    Ref names(NameTuple(order, "rebuild_order"));
+    if (!names) return false;
+    const Py_ssize_t n = NumData(node);
+    bool ok = PyTuple_GET_SIZE(names.get()) == n;
+    if (ok) {
+        node->rebuild_order =
+            static_cast<Py_ssize_t*>(PyMem_Calloc(static_cast<size_t>(n) + 1, sizeof(Py_ssize_t)));
+        if (node->rebuild_order == nullptr) {
+            PyErr_NoMemory();
+            return false;
+        }
+    }
+    std::vector<bool> taken(static_cast<size_t>(n), false);
+    for (Py_ssize_t j = 0; ok && j < n; ++j) {
+        // Interned names: identity is equality.
+        Py_ssize_t i = 0;
+        while (i < n && PyTuple_GET_ITEM(node->data_fields, i) != PyTuple_GET_ITEM(names.get(), j)) {
+            ++i;
+        }
+        ok = i < n && !taken[static_cast<size_t>(i)];
+        if (ok) {
+            taken[static_cast<size_t>(i)] = true;
+            node->rebuild_order[j] = i;
+        }
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError,
+                     "attribute node: rebuild_order %R must name each data field once", order);
+    }
+    return ok;
+}
+
 bool CheckDistinct(AttrNode* node) {
     Ref seen(PySet_New(nullptr));
     if (!seen) return false;
@@ -445,6 +535,7 @@ int Clear(PyObject* self) {
     Py_CLEAR(n->library_flatten_with_keys);
     Py_CLEAR(n->library_unflatten);
     n->use_library = false;
+    n->delegate_irregular = false;
     n->checks_left = n->irregular_checks_left = 0;
     return 0;
 }
@@ -463,16 +554,22 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->regular_aux);
     PyMem_Free(n->slots);
     n->slots = nullptr;
+    PyMem_Free(n->rebuild_order);
+    n->rebuild_order = nullptr;
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-    static const char* kwlist[] = {"cls", "data_fields", "meta_fields", "missing", "extra_fields",
-                                   nullptr};
-    PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OO", const_cast<char**>(kwlist), &cls,
-                                     &data, &meta, &missing, &extra)) {
+    static const char* kwlist[] = {"cls",          "data_fields",   "meta_fields",
+                                   "missing",      "extra_fields",  "names_as_aux",
+                                   "rebuild_order", "post_init",    nullptr};
+    PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
+                          *order = Py_None;
+    int names_as_aux = 0, post_init = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOp", const_cast<char**>(kwlist), &cls,
+                                     &data, &meta, &missing, &extra, &names_as_aux, &order,
+                                     &post_init)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -497,11 +594,21 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         if (n->extra_fields == nullptr) return nullptr;
     }
     if (!CheckDistinct(n) || !FindSlots(n)) return nullptr;
+    n->names_as_aux = names_as_aux != 0;
+    n->post_init = post_init != 0;
+    if (n->names_as_aux && (NumMeta(n) != 0 || n->extra_fields != nullptr)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "attribute node: names_as_aux takes no meta_fields or extra_fields");
+        return nullptr;
+    }
+    if (order != Py_None && !FindRebuildOrder(n, order)) return nullptr;
     n->keys = NewSequenceOf<true>(NumData(n), [&](Py_ssize_t i) {
         return keys::GetAttr(PyTuple_GET_ITEM(n->data_fields, i));
     });
     if (n->keys == nullptr) return nullptr;
-    if (NumMeta(n) == 0) {
+    if (n->names_as_aux) {
+        n->regular_aux = Py_NewRef(n->data_fields);
+    } else if (NumMeta(n) == 0) {
         n->regular_aux = n->extra_fields ? PyTuple_Pack(1, n->missing) : PyTuple_New(0);
         if (n->regular_aux == nullptr) return nullptr;
     }
@@ -521,7 +628,15 @@ Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out) {
     return ReadFields(node, obj, want_aux, /*check=*/true, out);
 }
 
-bool CheckAux(AttrNode* node, PyObject* aux) {
+bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
+    if (node->names_as_aux) {
+        if (PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == arity) return true;
+        PyErr_Format(PyExc_ValueError,
+                     "attribute node of %.200s: expected aux data a tuple of %zd names, got "
+                     "%.200R",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, arity, aux);
+        return false;
+    }
     if (PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == AuxLength(node)) return true;
     PyErr_Format(PyExc_ValueError,
                  "attribute node of %.200s: expected aux data a tuple of %zd items, got %.200R",
@@ -530,18 +645,40 @@ bool CheckAux(AttrNode* node, PyObject* aux) {
 }
 
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
+    if (node->names_as_aux) {
+        const int own = IsOwnNames(node, aux);
+        if (own < 0) return nullptr;
+        if (!own && node->library_unflatten != nullptr && CheckAux(node, aux, n)) {
+            // An instance the library flattened (delegate_irregular): the library rebuilds it.
+            Ref fn = Ref::FromBorrowed(node->library_unflatten);
+            Ref kids(NewSequenceOf<true>(n, [&](Py_ssize_t i) { return Py_NewRef(children[i]); }));
+            if (!kids) return nullptr;
+            PyObject* args[2] = {aux, kids.get()};
+            return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
+        }
+        if (!own) {
+            if (PyErr_Occurred()) return nullptr;
+            PyErr_Format(PyExc_ValueError,
+                         "attribute node of %.200s: expected aux data %R (its field names), got "
+                         "%.200R",
+                         reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, node->data_fields,
+                         aux);
+            return nullptr;
+        }
+    }
     if (n != NumData(node)) {
         PyErr_Format(PyExc_ValueError,
                      "attribute node of %.200s: expected %zd children, got %zd",
                      reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, NumData(node), n);
         return nullptr;
     }
-    if (!CheckAux(node, aux)) return nullptr;
+    if (!CheckAux(node, aux, n)) return nullptr;
     // `aux`, its items and `children` are the caller's and stay alive throughout; setattr can
     // run Python code (a descriptor's __set__), so nothing of the new object is borrowed.
     Ref obj(NewInstance(node->cls));
     if (!obj) return nullptr;
-    for (Py_ssize_t i = 0; i < n; ++i) {
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        const Py_ssize_t i = node->rebuild_order ? node->rebuild_order[j] : j;
         if (!SetField(node, obj.get(), PyTuple_GET_ITEM(node->data_fields, i), children[i])) {
             return nullptr;
         }
@@ -574,7 +711,17 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
             return nullptr;
         }
     }
+    if (node->post_init && !RunPostInit(obj.get())) return nullptr;
     return obj.release();
+}
+
+PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k) {
+    // A names_as_aux node made by the library's flatten has its own names.
+    if (node->names_as_aux && aux != node->data_fields && PyTuple_Check(aux) &&
+        k < PyTuple_GET_SIZE(aux)) {
+        return keys::GetAttr(PyTuple_GET_ITEM(aux, k));
+    }
+    return Py_NewRef(PyTuple_GET_ITEM(node->keys, k));
 }
 
 PyTypeObject* CreateType() {

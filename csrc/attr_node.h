@@ -20,6 +20,11 @@
 //             fields written into the instance __dict__ (when not `missing`), then each meta
 //             field; a field whose value is `missing` is left unset. __init__ never runs.
 //
+// A second aux layout, chex's (names_as_aux): the aux data is the tuple of the data field names,
+// the children are in that order, and an instance whose __dict__ holds other names is one the
+// library answers for (delegate_irregular). A rebuild may set the fields in another order
+// (rebuild_order: the class's field order) and then call __post_init__ (post_init).
+//
 // Checked use: an integration (python/fastree/integrations/) may attach a checker and the
 // library's own functions. The checker runs on the first instances (and on instances whose
 // __dict__ holds other than the fields) before any native output leaves; if it finds a
@@ -46,6 +51,11 @@ struct AttrNode {
                              // no meta fields ((missing,) or ()): shared, made once
     Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
                              // from __dict__ (PyMem; null when no field is a slot)
+    Py_ssize_t* rebuild_order;  // data field indices in the order a rebuild sets them (PyMem;
+                                // null: in order)
+    bool names_as_aux;  // the aux data is data_fields itself (chex); no meta or extra fields
+    bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
+    bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).
     PyObject* checker;                    // checker(obj) -> bool
     PyObject* library_flatten;            // the library's own functions
@@ -68,7 +78,9 @@ struct Fields {
     Ref aux;
 };
 
-enum class Outcome : uint8_t { kNative, kLibrary, kError };
+// kLibrary: the node now delegates for good (a check failed). kLibraryOnce: this instance is one
+// the library answers for (delegate_irregular), the node stays native.
+enum class Outcome : uint8_t { kNative, kLibrary, kLibraryOnce, kError };
 
 // Reads `obj` natively into `out` (aux only if want_aux). Runs the checker first where one is
 // due: kLibrary when the node now delegates to the library (nothing read), kError with an error
@@ -79,8 +91,12 @@ Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out);
 // the aux data or the number of children does not fit the layout.
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n);
 
-// Whether `aux` fits the layout (a tuple of the right length): false with a ValueError set.
-bool CheckAux(AttrNode* node, PyObject* aux);
+// Whether `aux` fits the layout (a tuple of the right length; of `arity` names when the names
+// are the aux data): false with a ValueError set.
+bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity);
+
+// The key of child k of a node with aux data `aux` (a new reference).
+PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k);
 
 inline Py_ssize_t NumChildren(const AttrNode* node) { return PyTuple_GET_SIZE(node->data_fields); }
 

@@ -151,6 +151,32 @@ bool KeyedChildren(Walk& w, PyObject* pairs, PyObject* result, Py_ssize_t* arity
     return true;
 }
 
+
+// A node taken apart by a flatten callback `fn` (with_keys: it gives (key, child) pairs), and
+// reported as a node of `kind` holding the callback's aux data.
+template <class Walk>
+bool ViaCallback(Walk& w, PyObject* obj, const Registration* reg, PyObject* fn, bool with_keys,
+                 NodeKind kind) {
+    const auto mark = w.Begin();
+    // Held for the call: JAX's functions are module globals that re-installing the bridge
+    // (Python code, which the call itself can run) would release.
+    Ref held_fn(Py_NewRef(fn));
+    Ref result(PyObject_CallOneArg(held_fn.get(), obj));
+    if (!result) return false;
+    PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
+    PyObject* aux;
+    if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
+    if constexpr (Walk::kDef) {  // aux only matters where it enters a treedef
+        if (!aux::Check(reg->type, aux, w.Site())) return false;
+    }
+    Py_ssize_t arity = 0;
+    bool ok = with_keys ? KeyedChildren(w, children, result.get(), &arity)
+                        : Children(w, children, result.get(), &arity);
+    if (!ok) return false;
+    if constexpr (Walk::kDef) return w.Finish(kind, mark, arity, Py_NewRef(aux), reg);
+    return true;
+}
+
 }  // namespace read
 
 // ---- defaults: the leaf, and the treedef-only shared reference
@@ -366,6 +392,16 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
             }
             return CustomKind::Read(w, obj, now);
         }
+        case attr::Outcome::kLibraryOnce: {
+            // An instance the library answers for (its aux data names its children).
+            PyObject* fn = Walk::kPaths ? node->library_flatten_with_keys : node->library_flatten;
+            if (fn == nullptr) {
+                PyErr_SetString(PyExc_RuntimeError, "fastree: an attribute node's library "
+                                "functions are gone");
+                return false;
+            }
+            return read::ViaCallback(w, obj, reg, fn, Walk::kPaths, kKind);
+        }
         case attr::Outcome::kNative:
             break;
     }
@@ -389,7 +425,6 @@ template <class Walk>
 bool CustomKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     RecursionGuard guard(kFlattenRecursionWhere);
     if (!guard.ok()) return false;
-    const auto mark = w.Begin();
     // Which callback: key paths want keys (the registered with-keys function, or JAX's own for
     // JAX-only types); plain flattening prefers the cheaper keyless function.
     PyObject* fn;
@@ -407,23 +442,7 @@ bool CustomKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
         fn = reg->flatten_with_keys;
         with_keys = true;
     }
-    // Held for the call: JAX's functions are module globals that re-installing the bridge
-    // (Python code, which the call itself can run) would release.
-    Ref held_fn(Py_NewRef(fn));
-    Ref result(PyObject_CallOneArg(held_fn.get(), obj));
-    if (!result) return false;
-    PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
-    PyObject* aux;
-    if (!SplitFlattenResult(result.get(), with_keys, &children, &aux)) return false;
-    if constexpr (Walk::kDef) {  // aux only matters where it enters a treedef
-        if (!aux::Check(reg->type, aux, w.Site())) return false;
-    }
-    Py_ssize_t arity = 0;
-    bool ok = with_keys ? read::KeyedChildren(w, children, result.get(), &arity)
-                        : read::Children(w, children, result.get(), &arity);
-    if (!ok) return false;
-    if constexpr (Walk::kDef) return w.Finish(kKind, mark, arity, Py_NewRef(aux), reg);
-    return true;
+    return read::ViaCallback(w, obj, reg, fn, with_keys, kKind);
 }
 
 // Reads `obj`, of registration `reg`, into the walk.

@@ -290,7 +290,7 @@ bool DataclassKind::CheckParts(const NodeParts& parts, PyObject* type) {
 // ---- attribute nodes
 
 PyObject* AttributeKind::ChildKey(const NodeParts& parts, Py_ssize_t k) {
-    return Py_NewRef(PyTuple_GET_ITEM(attr::AsNode(parts.custom->attr_node)->keys, k));
+    return attr::ChildKey(attr::AsNode(parts.custom->attr_node), parts.data, k);
 }
 
 PyObject* AttributeKind::Build(const NodeParts& parts, PyObject** children) {
@@ -302,12 +302,12 @@ PyObject* AttributeKind::Build(const NodeParts& parts, PyObject** children) {
 
 bool AttributeKind::CheckParts(const NodeParts& parts, PyObject*) {
     attr::AttrNode* node = attr::AsNode(parts.custom->attr_node);
-    if (parts.arity != attr::NumChildren(node)) {
+    if (!node->names_as_aux && parts.arity != attr::NumChildren(node)) {
         PyErr_Format(PyExc_ValueError, "attribute node of %R expects %zd children, got %zd.",
                      node->cls, attr::NumChildren(node), parts.arity);
         return false;
     }
-    return attr::CheckAux(node, parts.data);
+    return attr::CheckAux(node, parts.data, parts.arity);
 }
 
 // ---- custom

@@ -80,17 +80,24 @@ def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
 
 
 def attach(node: Any, flatten: Callable[..., Any], flatten_with_keys: Callable[..., Any],
-           unflatten: Callable[..., Any]) -> None:
-    """Makes ``node`` check itself against the library's functions on its first instances."""
+           unflatten: Callable[..., Any], *, delegate_irregular: bool = False) -> None:
+    """Makes ``node`` check itself against the library's functions on its first instances.
+
+    ``delegate_irregular``: instances whose ``__dict__`` holds other than the fields are always
+    the library's (see ``AttrNode.check_with``).
+    """
 
     def check(obj: Any) -> bool:
         try:
             reason = _difference(node, obj, flatten, flatten_with_keys, unflatten)
-        except Exception as error:  # noqa: BLE001 -- any failure means "do not trust the node"
+        # Any failure means "do not trust the node". Nothing is lost: the library's function
+        # then answers the same call, and raises its own error if it has one.
+        except Exception as error:  # noqa: BLE001
             reason = f"{type(error).__name__} while checking: {error}"
         if reason is None:
             return True
         fallbacks[node.cls] = reason
         return False
 
-    node.check_with(check, flatten, flatten_with_keys, unflatten)
+    node.check_with(check, flatten, flatten_with_keys, unflatten,
+                    delegate_irregular=delegate_irregular)

@@ -22,37 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 import sys
 from typing import Any
 
-from .. import _core, _jax_compat
-from . import _checked
+from .. import _core
+from . import _checked, _library
 
 # equinox releases whose Module layout this module reproduces: [first, past-the-end).
 KNOWN_VERSIONS = ((0, 13, 0), (0, 14, 0))
 _FLATTEN_MODULE = "equinox._module._flatten"
 
 
-@functools.cache
-def _version() -> tuple[int, ...] | None:
-    try:
-        text = importlib.metadata.version("equinox")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            return None
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def known_version() -> bool:
     """Whether the installed equinox is one whose Module layout fastree reproduces."""
-    version = _version()
-    return version is not None and KNOWN_VERSIONS[0] <= version < KNOWN_VERSIONS[1]
+    return _library.version_within("equinox", KNOWN_VERSIONS)
 
 
 def _generated(fn: Any, prefix: str, cls: type) -> bool:
@@ -108,14 +91,4 @@ def accelerate() -> list[type]:
     (``fastree.tree_util``, and the ``jax.tree_util`` functions that install routes to fastree).
     Returns the classes it changed.
     """
-    changed = []
-    for cls in _jax_compat.jax_registered_types():
-        entry = _jax_compat.jax_registry_entry(cls)
-        keyed = _jax_compat.jax_keypath_registry_entry(cls)
-        if entry is None or keyed is None or _core.attribute_node(cls) is not None:
-            continue
-        node = native_node(cls, keyed.flatten_with_keys, entry.from_iter, entry.to_iter)
-        if node is not None:
-            _core.register_attribute_node(node)
-            changed.append(cls)
-    return changed
+    return _library.accelerate_with(native_node)
