@@ -273,10 +273,17 @@ PyObject* UnflattenImpl(AttrNode* node, PyObject* const* args, Py_ssize_t nargs,
         if (!fn) return NoLibrary(node);
         return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
     }
-    Ref seq(PySequence_Fast(args[1], "unflatten: children must be a sequence"));
-    if (!seq) return nullptr;
-    return Build(node, args[0], PySequence_Fast_ITEMS(seq.get()),
-                 PySequence_Fast_GET_SIZE(seq.get()));
+    // A tuple (JAX passes one: no copy): a list's items would be borrowed across the setattrs,
+    // which can run Python code that changes the list.
+    if (!PyTuple_Check(args[1]) && !PySequence_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "unflatten: children must be a sequence, got %.200s",
+                     Py_TYPE(args[1])->tp_name);
+        return nullptr;
+    }
+    Ref children(PySequence_Tuple(args[1]));
+    if (!children) return nullptr;
+    return Build(node, args[0], &PyTuple_GET_ITEM(children.get(), 0),
+                 PyTuple_GET_SIZE(children.get()));
 }
 
 // ---- the Python type

@@ -315,3 +315,37 @@ def test_jit_accepts_attribute_nodes():
     out = jax.jit(lambda d: jax.tree_util.tree_map(lambda x: x + 1, d))(layer)
     assert isinstance(out, Dense) and out.activation == "relu"
     assert out.weight.tolist() == [2.0, 2.0]
+
+
+def test_treedef_converts_to_jax_and_back():
+    layer = Dense([1, 2], 3, "relu")
+    treedef = ftu.tree_structure(layer)
+    assert treedef.to_jax() == jtu.tree_structure(layer)
+    assert fastree.from_jax(jtu.tree_structure(layer)) == treedef
+
+
+def test_audit_lists_attribute_nodes():
+    report = fastree.audit(Dense([1, 2], 3, "relu"))
+    assert [entry.node_type for entry in report.entries] == [Dense]
+
+
+def test_children_given_as_a_list_are_copied_first():
+    cls = _plain_class("Listed")
+    node = _core.AttrNode(cls, ["a", "b"])
+    children = [1, 2]
+
+    class Shrinking:
+        def __set_name__(self, owner, name):
+            self.name = name
+
+        def __get__(self, obj, owner=None):
+            return self if obj is None else obj.__dict__[self.name]
+
+        def __set__(self, obj, value):
+            children.clear()  # the list the caller passed, emptied mid-rebuild
+            obj.__dict__[self.name] = value
+
+    cls.a = Shrinking()
+    cls.a.__set_name__(cls, "a")
+    rebuilt = node.unflatten((), children)
+    assert (rebuilt.a, rebuilt.b) == (1, 2)

@@ -37,7 +37,7 @@ from ._values import ATOM, CYCLE, ENTER, LEAVE, ValueWalk, never
 from ._walk import Walk
 from .tree_util import keystr
 
-_CUSTOM_KINDS = ("custom", "dataclass")  # the core's kinds of the nodes the audit lists
+_CUSTOM_KINDS = ("custom", "dataclass", "attribute")  # the core's kinds of the nodes the audit lists
 
 
 @dataclasses.dataclass(frozen=True)

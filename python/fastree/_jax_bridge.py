@@ -110,6 +110,7 @@ _JAXLIB_KINDS = {
     "default_dict": _K.CUSTOM,
     "custom": _K.CUSTOM,
     "dataclass": _K.DATACLASS,
+    "attribute": _K.CUSTOM,  # registered with JAX as a custom node (the AttrNode's C methods)
 }
 _JAXLIB_LEAF = (_K.LEAF, 0, None, None, 1, 1)
 

@@ -4,7 +4,7 @@ Shared by structure diffs (``_diff.py``), fingerprints/serialization (``_seriali
 JAX conversion (``_jax_bridge.py``). The core describes each post-order node as ``(kind, type,
 data, arity, num_leaves, ref, child_keys)``: its kind (``"leaf"``, ``"none"``, ``"tuple"``,
 ``"list"``, ``"dict"``, ``"namedtuple"``, ``"ordered_dict"``, ``"default_dict"``, ``"custom"``,
-``"dataclass"``, ``"shared_ref"``), its type and node data as ``node_data()`` reports them (None
+``"dataclass"``, ``"attribute"``, ``"shared_ref"``), its type and node data as ``node_data()`` reports them (None
 for a leaf or a shared reference), its number of children, the index of the node a shared
 reference repeats (-1 otherwise) and the key entries of its children. So nothing here decides a
 kind or a key from a type: the one thing added is the keys of types registered with JAX's own

@@ -26,10 +26,14 @@ fallbacks: dict[type, str] = {}
 
 
 def _same(a: Any, b: Any) -> bool:
-    # Identity, looking one level into tuples the flatten functions build afresh (the aux tuple
-    # and equinox's tuple of wrapper attributes). Never ==: an array in the aux data would raise.
+    # Identity, looking into tuples the flatten functions build afresh (the aux tuple, equinox's
+    # tuple of wrapper attributes), with exact str compared by value (a name read from an
+    # unpickled instance's __dict__ is not the interned field name). Never == on anything else:
+    # an array in the aux data would raise.
     if a is b:
         return True
+    if type(a) is str and type(b) is str:
+        return a == b
     if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
         return False
     return all(_same(x, y) for x, y in zip(a, b))
