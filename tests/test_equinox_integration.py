@@ -33,7 +33,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("equinox")
@@ -707,11 +707,11 @@ def case_strategy(draw):
 @settings(
     max_examples=2,
     deadline=None,
-    derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: each example starts three children
     suppress_health_check=list(HealthCheck),
 )
+@seed(20251126)  # fixed (for CI), and the same batches for both modes
 @MODES
 @given(cases=st.lists(case_strategy(), min_size=8, max_size=10))
 @pytest.mark.filterwarnings(

@@ -9,7 +9,8 @@ output leaves. It compares, for that instance:
   same tuple shape) of the library's ``flatten`` and of the node's;
 - the keys and children of both ``flatten_with_keys`` functions;
 - the objects each ``unflatten`` rebuilds: same class, same instance state (names in the same
-  order, the same value objects).
+  order, the same value objects). Skipped for a class whose rebuild runs its own code (chex calls
+  ``__post_init__``): two extra rebuilds would run that code twice more, which the user would see.
 
 On any difference, or if a library function raises, the node delegates to the library's functions
 for that class from then on (the core also re-registers the class with them), and the reason is
@@ -55,7 +56,8 @@ def _state(obj: Any) -> list[tuple[str, Any]]:
 
 
 def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
-                flatten_with_keys: Callable[..., Any], unflatten: Callable[..., Any]) -> str | None:
+                flatten_with_keys: Callable[..., Any], unflatten: Callable[..., Any],
+                rebuild: bool) -> str | None:
     lib_children, lib_aux = flatten(obj)
     lib_children = tuple(lib_children)
     nat_children, nat_aux = node.native_flatten(obj)
@@ -71,6 +73,8 @@ def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
     for (lib_key, lib_child), (nat_key, nat_child) in zip(lib_pairs, nat_pairs):
         if type(lib_key) is not type(nat_key) or lib_key != nat_key or lib_child is not nat_child:
             return f"flatten_with_keys: {lib_key!r} differs from {nat_key!r}"
+    if not rebuild:
+        return None
     lib_obj = unflatten(lib_aux, lib_children)
     nat_obj = node.native_unflatten(nat_aux, nat_children)
     if type(lib_obj) is not type(nat_obj):
@@ -84,16 +88,18 @@ def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
 
 
 def attach(node: Any, flatten: Callable[..., Any], flatten_with_keys: Callable[..., Any],
-           unflatten: Callable[..., Any], *, delegate_irregular: bool = False) -> None:
+           unflatten: Callable[..., Any], *, delegate_irregular: bool = False,
+           check_rebuild: bool = True) -> None:
     """Makes ``node`` check itself against the library's functions on its first instances.
 
+    ``check_rebuild=False``: the rebuilt objects are not compared (see the module docstring).
     ``delegate_irregular``: instances whose ``__dict__`` holds other than the fields are always
     the library's (see ``AttrNode.check_with``).
     """
 
     def check(obj: Any) -> bool:
         try:
-            reason = _difference(node, obj, flatten, flatten_with_keys, unflatten)
+            reason = _difference(node, obj, flatten, flatten_with_keys, unflatten, check_rebuild)
         # Any failure means "do not trust the node". Nothing is lost: the library's function
         # then answers the same call, and raises its own error if it has one.
         except Exception as error:  # noqa: BLE001

@@ -11,7 +11,8 @@ as aux data (``names_as_aux``), the field order as ``rebuild_order``, and ``post
 holding anything else (an attribute added after ``__init__``, a field deleted) are answered by
 chex's own functions, instance by instance (``delegate_irregular``); their aux data still names
 their children, so such nodes key and rebuild as chex's do. Each class is checked against chex's
-functions on its first instances (:mod:`fastree.integrations._checked`).
+functions on its first instances (:mod:`fastree.integrations._checked`); the rebuild is compared
+only for classes without ``__post_init__``, whose side effects a check must not repeat.
 
 A class with its own ``__new__``, a chex version outside :data:`KNOWN_VERSIONS`, or functions that
 are not chex's stay with chex. Nothing here imports chex.
@@ -69,7 +70,10 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
         rebuild_order=[name for name in cls.__dataclass_fields__ if name in in_order],
         post_init=True,
     )
-    _checked.attach(node, flatten, flatten_with_keys, unflatten, delegate_irregular=True)
+    # A rebuild calls __post_init__: the check does not rebuild such classes (the user would see
+    # their __post_init__ run twice more).
+    _checked.attach(node, flatten, flatten_with_keys, unflatten, delegate_irregular=True,
+                    check_rebuild=not callable(getattr(cls, "__post_init__", None)))
     return node
 
 
