@@ -57,6 +57,8 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
     module = sys.modules.get(_DATACLASS_MODULE)
     if module is None or not known_version():
         return None
+    if flatten_with_keys is None:  # (accelerate, where JAX keeps it in jaxlib only)
+        flatten_with_keys = getattr(module, "_flatten_with_path", None)
     if not _is_chex_registration(module, cls, flatten_with_keys, unflatten, flatten):
         return None
     if not dataclasses.is_dataclass(cls) or cls.__new__ is not object.__new__:

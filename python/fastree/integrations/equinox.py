@@ -60,11 +60,19 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
     """The checked :class:`~fastree._core.AttrNode` for an equinox registration, or None.
 
     None unless the functions are the ones equinox generated for ``cls`` and the installed
-    equinox is a known version.
+    equinox is a known version. ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX
+    that keeps it in jaxlib only): equinox generates it again.
     """
     layout = sys.modules.get(_FLATTEN_MODULE)
     if layout is None or not known_version():
         return None
+    if flatten_with_keys is None and dataclasses.is_dataclass(cls):
+        # A class JAX holds without its with-keys function where Python can read it (jax 0.10+
+        # keeps that one in jaxlib only): equinox generates the same function again.
+        generate = getattr(layout, "generate_flatten_functions", None)
+        if generate is None:
+            return None
+        flatten_with_keys = generate(cls, dataclasses.fields(cls))[1]
     if not _is_equinox_registration(cls, flatten_with_keys, unflatten, flatten):
         return None
     missing = getattr(layout, "MISSING", None)
@@ -74,6 +82,8 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
     if not dataclasses.is_dataclass(cls):
         return None
     fields = dataclasses.fields(cls)
+    if any(f.name in wrapper_fields for f in fields):
+        return None  # a field named like a wrapper attribute (`__name__`): equinox's own rules
     dynamic = tuple(f.name for f in fields if not f.metadata.get("static", False))
     static = tuple(f.name for f in fields if f.metadata.get("static", False))
     node = _core.AttrNode(cls, dynamic, static, missing=missing, extra_fields=wrapper_fields)
