@@ -37,7 +37,8 @@ from ._values import ATOM, CYCLE, ENTER, LEAVE, ValueWalk, never
 from ._walk import Walk
 from .tree_util import keystr
 
-_CUSTOM_KINDS = ("custom", "dataclass", "attribute")  # the core's kinds of the nodes the audit lists
+# the core's kinds of the nodes the audit lists
+_CUSTOM_KINDS = ("custom", "dataclass", "attribute")
 
 
 @dataclasses.dataclass(frozen=True)
