@@ -78,8 +78,18 @@ bool Regular(const AttrNode* node, PyObject* dict) {
     return (dict == nullptr ? 0 : PyDict_GET_SIZE(dict)) == in_dict;
 }
 
+// Whether tuple `t` holds exactly the objects in `items` (identity: nothing runs).
+template <class Vec>
+bool SameItems(PyObject* t, const Vec& items) {
+    if (PyTuple_GET_SIZE(t) != static_cast<Py_ssize_t>(items.size())) return false;
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (PyTuple_GET_ITEM(t, static_cast<Py_ssize_t>(i)) != items[i]) return false;
+    }
+    return true;
+}
+
 // The aux data of an instance, as a new tuple (or the shared regular one).
-PyObject* Aux(const AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
+PyObject* Aux(AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
     if (node->names_as_aux) return Py_NewRef(node->data_fields);
     // Shared when it cannot differ: no meta fields, and no extra fields to report.
     if (node->regular_aux != nullptr && (regular || node->extra_fields == nullptr)) {
@@ -106,7 +116,17 @@ PyObject* Aux(const AttrNode* node, PyObject* obj, PyObject* dict, bool regular)
         if (v == nullptr) return nullptr;
         PushOwned(items, v);
     }
-    return StealIntoSequence(items, /*as_tuple=*/true);
+    if (regular && node->last_aux != nullptr && SameItems(node->last_aux, items)) {
+        return Py_NewRef(node->last_aux);  // `items` released on return
+    }
+    PyObject* aux = StealIntoSequence(items, /*as_tuple=*/true);
+    if (aux != nullptr && regular) {
+        PyObject* old = node->last_aux;
+        node->last_aux = Py_NewRef(aux);
+        node->aux_stamp = 0;  // the check's record was for the old tuple
+        Py_XDECREF(old);  // after the new value is in place (a release can run Python code)
+    }
+    return aux;
 }
 
 // From now on the library's functions answer, here and (for the class) in fastree's registry.
@@ -526,6 +546,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->missing);
     Py_VISIT(n->keys);
     Py_VISIT(n->regular_aux);
+    Py_VISIT(n->last_aux);
     Py_VISIT(n->checker);
     Py_VISIT(n->library_flatten);
     Py_VISIT(n->library_flatten_with_keys);
@@ -541,6 +562,7 @@ int Clear(PyObject* self) {
     Py_CLEAR(n->library_flatten);
     Py_CLEAR(n->library_flatten_with_keys);
     Py_CLEAR(n->library_unflatten);
+    Py_CLEAR(n->last_aux);  // static values may hold anything, the node itself included
     n->use_library = false;
     n->delegate_irregular = false;
     n->checks_left = n->irregular_checks_left = 0;

@@ -33,6 +33,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+
 #include "pyutils.h"
 
 namespace fastree {
@@ -49,6 +51,11 @@ struct AttrNode {
     PyObject* keys;          // tuple of GetAttrKey, one per data field
     PyObject* regular_aux;   // the aux of an instance holding exactly its fields, when it has
                              // no meta fields ((missing,) or ()): shared, made once
+    PyObject* last_aux;      // the last aux tuple made for a regular instance, or null: handed
+                             // out again while the values read are the very same objects (a
+                             // model's layers share their static values; an aux tuple per node
+                             // per flatten was most of a treedef's cost, and fed the cyclic GC)
+    uint64_t aux_stamp;      // aux::CheckStamped's record for last_aux / regular_aux
     Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
                              // from __dict__ (PyMem; null when no field is a slot)
     Py_ssize_t* rebuild_order;  // data field indices in the order a rebuild sets them (PyMem;

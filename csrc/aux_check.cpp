@@ -17,6 +17,7 @@ void ClearVerdicts() {
     // Moved out first, released when `old` dies: releasing a type can run Python code.
     auto old = std::move(S().verdicts);
     S().verdicts.clear();
+    ++S().epoch;
 }
 
 enum class Walk { kPlain, kReport, kError };
@@ -47,12 +48,14 @@ Walk Classify(PyObject* value) {
     return plain ? Walk::kPlain : Walk::kReport;
 }
 
-Walk Visit(PyObject* value, int depth) {
+// *frozen is cleared when the walk meets a mutable container, whose contents may change later.
+Walk Visit(PyObject* value, int depth, bool* frozen) {
     PyTypeObject* t = Py_TYPE(value);
     if (IsAtom(t)) return Walk::kPlain;
     if (depth > 16) return Walk::kReport;  // let the reporter look at pathological nesting
     const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
+    if (mutable_container) *frozen = false;
     if (mutable_container && S().strict) return Walk::kReport;  // unhashable: strict rejects it
     // The classifier runs user code (an `==` on an example value), which may mutate or free
     // what we are walking: hold a reference to every item while it is visited, and re-read
@@ -60,7 +63,7 @@ Walk Visit(PyObject* value, int depth) {
     if (t == &PyTuple_Type || t == &PyList_Type) {
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
             Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(value, i));
-            Walk w = Visit(item.get(), depth + 1);
+            Walk w = Visit(item.get(), depth + 1, frozen);
             if (w != Walk::kPlain) return w;
         }
         return Walk::kPlain;
@@ -71,8 +74,8 @@ Walk Visit(PyObject* value, int depth) {
         Walk w = Walk::kPlain;
         for (Py_ssize_t i = 0; w == Walk::kPlain && i < PyList_GET_SIZE(items.get()); ++i) {
             PyObject* pair = PyList_GET_ITEM(items.get(), i);
-            w = Visit(PyTuple_GET_ITEM(pair, 0), depth + 1);
-            if (w == Walk::kPlain) w = Visit(PyTuple_GET_ITEM(pair, 1), depth + 1);
+            w = Visit(PyTuple_GET_ITEM(pair, 0), depth + 1, frozen);
+            if (w == Walk::kPlain) w = Visit(PyTuple_GET_ITEM(pair, 1), depth + 1, frozen);
         }
         return w;
     }
@@ -83,7 +86,7 @@ Walk Visit(PyObject* value, int depth) {
         while (w == Walk::kPlain) {
             Ref item(PyIter_Next(it.get()));
             if (!item) break;
-            w = Visit(item.get(), depth + 1);
+            w = Visit(item.get(), depth + 1, frozen);
         }
         if (PyErr_Occurred()) return Walk::kError;
         return w;
@@ -94,9 +97,19 @@ Walk Visit(PyObject* value, int depth) {
 }  // namespace
 
 bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
-    Walk w = Visit(aux, 0);
+    uint64_t unused = 0;
+    return CheckAndStamp(node_type, aux, site, &unused);
+}
+
+bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
+    const uint64_t epoch = S().epoch;  // before the walk: the classifier may change it
+    bool frozen = true;
+    Walk w = Visit(aux, 0, &frozen);
     if (w == Walk::kError) return false;
-    if (w == Walk::kPlain) return true;
+    if (w == Walk::kPlain) {
+        if (frozen && S().epoch == epoch) *stamp = epoch;
+        return true;
+    }
     // reporter(node_type, aux, root, [is_leaf=...], [key_path=...])
     Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
     if (site.path != nullptr && !key_path) return false;
@@ -130,7 +143,10 @@ void SetHooks(PyObject* classify, PyObject* reporter) {
     ClearVerdicts();
 }
 
-void SetStrict(bool strict) { S().strict = strict; }
+void SetStrict(bool strict) {
+    S().strict = strict;
+    ++S().epoch;
+}
 bool Strict() { return S().strict; }
 
 }  // namespace aux

@@ -25,12 +25,23 @@ struct Site {
 };
 
 bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site);
+bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp);
 
 // Returns false with a Python error set if the reporter raised (strict mode).
 inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
     // The reporter is null until fastree._aux installs the hooks.
     if (!ModState().aux.reporter || aux == Py_None) return true;
     return CheckSlow(node_type, aux, site);
+}
+
+// Check, for an aux object that is handed out again and again (an attribute node's shared aux
+// tuple): `*stamp` records the epoch at which `aux` passed with nothing mutable inside (tuples,
+// frozensets and values whose type has a verdict), and while that epoch lasts the walk is
+// skipped. The caller resets *stamp to 0 whenever the object it refers to changes.
+inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
+    if (!ModState().aux.reporter || aux == Py_None) return true;
+    if (*stamp == ModState().aux.epoch) return true;
+    return CheckAndStamp(node_type, aux, site, stamp);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter);

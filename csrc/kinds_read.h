@@ -406,7 +406,15 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
             break;
     }
     if constexpr (Walk::kDef) {
-        if (!aux::Check(reg->type, fields.aux.get(), w.Site())) return false;
+        // The shared aux tuples are checked once per epoch (aux_check.h).
+        PyObject* aux = fields.aux.get();
+        bool ok;
+        if (aux == node->last_aux || aux == node->regular_aux) {
+            ok = aux::CheckStamped(reg->type, aux, w.Site(), &node->aux_stamp);
+        } else {
+            ok = aux::Check(reg->type, aux, w.Site());
+        }
+        if (!ok) return false;
     }
     const auto mark = w.Begin();
     const Py_ssize_t n = static_cast<Py_ssize_t>(fields.children.size());

@@ -119,6 +119,9 @@ struct AuxState {
         bool plain;
     };
     std::unordered_map<PyTypeObject*, Verdict> verdicts;
+    // Bumped whenever a verdict could change (hooks, strict mode, verdicts dropped): a stamp
+    // taken at an earlier epoch no longer vouches for anything (see aux::CheckStamped).
+    uint64_t epoch = 1;
 };
 
 struct TreeDefState {

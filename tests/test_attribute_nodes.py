@@ -20,7 +20,7 @@ import fastree.tree_util as ftu
 import jax
 import jax.tree_util as jtu
 import pytest
-from fastree import _core
+from fastree import _aux, _core
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
@@ -349,3 +349,34 @@ def test_children_given_as_a_list_are_copied_first():
     cls.a.__set_name__(cls, "a")
     rebuilt = node.unflatten((), children)
     assert (rebuilt.a, rebuilt.b) == (1, 2)
+
+
+def test_aux_checks_see_a_shared_aux_tuple_change_inside():
+    # The node hands out one aux tuple while the static values are the same objects, and checks
+    # it once per epoch only when nothing inside can change: a list inside is walked every time.
+    import numpy as np
+
+    class Static:
+        def __init__(self, a, config):
+            self.a, self.config = a, config
+
+    cls = Static
+    fastree.register_attribute_node(cls, ["a"], ["config"])
+    config = [1, 2]
+    obj = cls(a=1.0, config=config)
+    ftu.tree_flatten(obj)
+    assert ftu.tree_structure(obj).node_data()[1] is ftu.tree_structure(obj).node_data()[1]
+    config.append(np.ones(2))
+    _aux._reset_warnings()  # (it warns once per node type and problem)
+    with pytest.warns(fastree.AuxDataWarning):
+        ftu.tree_flatten(obj)
+    frozen = cls(a=1.0, config=(1, np.ones(2)))
+    for _ in range(2):  # a report never stamps the tuple: it is looked at again
+        _aux._reset_warnings()
+        with pytest.warns(fastree.AuxDataWarning):
+            ftu.tree_flatten(frozen)
+    _aux._reset_warnings()
+    plain = cls(a=1.0, config=(1, "x"))
+    ftu.tree_flatten(plain)
+    with fastree.strict_aux(), pytest.raises(TypeError, match="ndarray"):
+        ftu.tree_flatten(cls(a=1.0, config=(1, np.ones(2))))
