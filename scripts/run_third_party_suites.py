@@ -1,11 +1,14 @@
 """Other projects' own test suites, run plain and with fastree installed into JAX, compared.
 
-    python scripts/run_third_party_suites.py                 # optax, flax nnx, equinox: both modes
+optax, flax (nnx), equinox and chex.
+
+    python scripts/run_third_party_suites.py                 # all four projects, both modes
     python scripts/run_third_party_suites.py --project optax -k adam --max-files 5
     python scripts/run_third_party_suites.py --project equinox --equinox-tests ~/src/equinox
 
-* optax: the tests its wheel ships (``site-packages/optax/**/*_test.py``), run from an empty
-  directory with an empty pytest config (so this repository's settings do not apply).
+* optax, chex: the tests their wheels ship (``site-packages/optax/**/*_test.py``, likewise
+  chex), run from an empty directory with an empty pytest config (so this repository's settings
+  do not apply). chex's tests also need cloudpickle and dm-tree (chex's ``test`` extra).
 * flax: ``tests/nnx`` of the sdist of the installed flax version, fetched with
   ``pip download --no-binary :all: --no-deps flax==<version>`` into a temporary directory and
   run from the sdist's root under flax's own pytest settings.
@@ -77,6 +80,23 @@ def optax_suite(workdir: Path, args: argparse.Namespace) -> Suite:
     config = cwd / "pytest.ini"
     config.write_text("[pytest]\n")
     return Suite("optax", cwd, paths, ["-c", str(config), "--rootdir", str(cwd)])
+
+
+def chex_suite(workdir: Path, args: argparse.Namespace) -> Suite:
+    try:
+        import chex
+    except ImportError as error:
+        raise SkipProject(f"chex is not installed ({error})") from None
+
+    root = Path(chex.__file__).parent
+    paths = sorted(glob.glob(str(root / "**" / "*_test.py"), recursive=True))
+    if args.max_files:
+        paths = paths[: args.max_files]
+    cwd = workdir / "chex_run"
+    cwd.mkdir(parents=True, exist_ok=True)
+    config = cwd / "pytest.ini"
+    config.write_text("[pytest]\n")
+    return Suite("chex", cwd, paths, ["-c", str(config), "--rootdir", str(cwd)])
 
 
 def flax_suite(workdir: Path, args: argparse.Namespace) -> Suite:
@@ -160,7 +180,10 @@ def _equinox_source(workdir: Path, given: Path | None, version: str) -> Path:
 
 
 def equinox_suite(workdir: Path, args: argparse.Namespace) -> Suite:
-    version = importlib.metadata.version("equinox")
+    try:
+        version = importlib.metadata.version("equinox")
+    except importlib.metadata.PackageNotFoundError:
+        raise SkipProject("equinox is not installed") from None
     source = _equinox_source(workdir, args.equinox_tests, version)
     config = source / "pyproject.toml"
     if not config.is_file():
@@ -193,7 +216,12 @@ def equinox_suite(workdir: Path, args: argparse.Namespace) -> Suite:
     )
 
 
-SUITES = {"optax": optax_suite, "flax": flax_suite, "equinox": equinox_suite}
+SUITES = {
+    "optax": optax_suite,
+    "flax": flax_suite,
+    "equinox": equinox_suite,
+    "chex": chex_suite,
+}
 
 
 # Loaded (-p) into the installed runs: at the end of the session, how fastree reads each class

@@ -14,8 +14,10 @@ is itself installed (``python -m fastree.run -m pytest``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -683,6 +685,94 @@ def test_flax_nnx_train_step_installed_matches_plain():
 
     plain, routed = _plain_and_installed(run)
     _assert_close_trees(ORIG_TU.tree_leaves(plain), ORIG_TU.tree_leaves(routed))
+
+
+_EQUINOX_CHILD = textwrap.dedent(
+    """
+    import json
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import equinox as eqx
+    import fastree
+    from fastree import integrations
+
+    JTU = jax.tree_util
+
+
+    def describe(tree):
+        # Leaves and treedef as text; function addresses differ between processes.
+        leaves, treedef = JTU.tree_flatten(tree)
+        shown = [np.asarray(x).round(6).tolist() if eqx.is_array(x) else repr(x) for x in leaves]
+        return re.sub(r" at 0x[0-9a-f]+", " at 0x?", f"{treedef} {shown}")
+
+
+    class Scaled(eqx.Module):
+        w: jax.Array
+        name: str = eqx.field(static=True)
+
+        def __call__(self, x):
+            return self.w * x
+
+
+    SEEN = []
+
+
+    class Late(eqx.Module):
+        a: jax.Array
+        b: jax.Array
+
+        def __init__(self, a):
+            self.a = a
+            SEEN.append(describe(self))  # b not set yet: equinox flattens it as MISSING
+            self.b = a + 1
+
+
+    mlp = eqx.nn.MLP(2, 3, 4, 2, key=jax.random.PRNGKey(0))
+    x = jnp.arange(2.0)
+    params, static = eqx.partition(mlp, eqx.is_array)
+    scaled = Scaled(jnp.ones(3), name="s")
+    late = Late(jnp.ones(2))
+    results = {
+        "mlp": describe(mlp),
+        "jit": describe(eqx.filter_jit(lambda m, x: m(x))(mlp, x)),
+        "partition": [describe(params), describe(static)],
+        "combine": bool(eqx.tree_equal(eqx.combine(params, static), mlp)),
+        "tree_at": describe(eqx.tree_at(lambda m: m.layers[0].bias, mlp, jnp.zeros(4))),
+        "static": [describe(scaled), describe(eqx.filter_grad(lambda m: m(2.0).sum())(scaled))],
+        "late": [SEEN, describe(late)],
+    }
+    for _ in range(10):  # past the checks of the first instances
+        JTU.tree_leaves([mlp, scaled, late])
+    print("installed", fastree.is_installed())
+    print("results", json.dumps(results, sort_keys=True))
+    status = {c.__name__: integrations.status(c) for c in (type(mlp), eqx.nn.Linear, Scaled, Late)}
+    print("status", json.dumps(status, sort_keys=True))
+    """
+)
+
+
+@pytest.mark.third_party
+def test_equinox_under_fastree_run_matches_plain_and_goes_native(tmp_path):
+    # equinox imported after install (python -m fastree.run): its Module classes are registered as
+    # native attribute nodes (fastree.integrations), not with equinox's generated functions.
+    pytest.importorskip("equinox")
+    script = tmp_path / "equinox_child.py"
+    script.write_text(_EQUINOX_CHILD)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two children at once: half the time
+        plain, routed = pool.map(_run, [[str(script)], ["-m", "fastree.run", str(script)]])
+    assert plain.returncode == 0, plain.stderr
+    assert routed.returncode == 0, routed.stderr
+    plain_lines = dict(line.split(" ", 1) for line in plain.stdout.splitlines())
+    routed_lines = dict(line.split(" ", 1) for line in routed.stdout.splitlines())
+    assert (plain_lines["installed"], routed_lines["installed"]) == ("False", "True")
+    assert routed_lines["results"] == plain_lines["results"]  # leaves and treedefs, as text
+    names = ("Late", "Linear", "MLP", "Scaled")
+    assert json.loads(plain_lines["status"]) == dict.fromkeys(names, "not an attribute node")
+    assert json.loads(routed_lines["status"]) == dict.fromkeys(names, "native")
 
 
 @pytest.mark.parametrize("module", ["fastree._install", "fastree._jax_compat"])
