@@ -380,3 +380,14 @@ def test_aux_checks_see_a_shared_aux_tuple_change_inside():
     ftu.tree_flatten(plain)
     with fastree.strict_aux(), pytest.raises(TypeError, match="ndarray"):
         ftu.tree_flatten(cls(a=1.0, config=(1, np.ones(2))))
+
+
+def test_preserve_identity():
+    cls = _plain_class("Shared")
+    fastree.register_attribute_node(cls, ["a"], preserve_identity=True)
+    inner = cls(a=[1])
+    tree = [inner, inner]
+    rebuilt = ftu.tree_map(lambda x: x + 1, tree)
+    assert rebuilt[0] is rebuilt[1] and rebuilt[0].a == [2]
+    assert ftu.tree_leaves(tree) == [1]
+    assert jtu.tree_leaves(tree) == [1, 1]  # JAX sees one node per path, each over the leaves
