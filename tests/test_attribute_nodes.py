@@ -203,7 +203,8 @@ def test_flatten_up_to_and_one_level_match_jax():
     with pytest.raises(ValueError, match="Mismatch custom node data"):
         ftu.tree_structure(Dense(0, 0, "gelu")).flatten_up_to(layer)
     assert ftu.flatten_one_level(layer) == ((([1, 2], 3)), ("relu",))
-    assert jtu.flatten_one_level(layer)[1] == ("relu",)
+    if hasattr(jtu, "flatten_one_level"):  # (JAX 0.7+)
+        assert jtu.flatten_one_level(layer)[1] == ("relu",)
 
 
 def test_values_are_read_before_children_are_visited():
