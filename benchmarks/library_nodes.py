@@ -179,6 +179,7 @@ def write_chart(result: dict[str, Any], path: Path) -> None:
             ax.plot([row["target"]] * 2, [y - 0.4, y + 0.4], color="#C44E52", linewidth=2)
     ax.axvline(1.0, color="black", linewidth=1.2)
     ax.set_xscale("log")
+    ax.set_xlim(right=max(values + [1.0]) * 1.8)  # room for the largest label
     ax.invert_yaxis()
     ax.set_xlabel("installed / plain speedup (red: target)")
     ax.set_title(f"equinox model ({BLOCKS} blocks): fastree installed first vs plain JAX")
