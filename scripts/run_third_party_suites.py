@@ -231,7 +231,8 @@ import collections, json, os
 
 
 def pytest_sessionfinish(session):
-    from fastree import _jax_compat, integrations
+    from fastree import integrations
+    from fastree.jax_interop import compat as _jax_compat
     from fastree.integrations import _checked
 
     classes = set(_jax_compat.jax_registered_types()) | set(_checked.fallbacks)

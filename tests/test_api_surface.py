@@ -5,14 +5,13 @@ import inspect
 import subprocess
 import sys
 
-import pytest
-from helpers import requires_jax
-
 import fastree
 import fastree.tree as ft
 import fastree.tree_util as tu
-from fastree._jax_compat import tree as jt  # JAX's own objects, also with fastree installed
-from fastree._jax_compat import tree_util as jtu
+import pytest
+from fastree.jax_interop.compat import tree as jt  # JAX's own objects, also with fastree installed
+from fastree.jax_interop.compat import tree_util as jtu
+from helpers import requires_jax
 
 JAX_TREE_UTIL_NAMES = sorted(n for n in dir(jtu) if not n.startswith("_"))
 JAX_TREE_NAMES = sorted(n for n in dir(jt) if not n.startswith("_"))
@@ -181,10 +180,12 @@ def test_import_is_warning_free(stmt):
         "fastree.tree_util",
         "fastree.tree",
         "fastree._registration",
-        "fastree._default_registry",
-        "fastree._jax_bridge",
+        "fastree.jax_interop.default_registry",
+        "fastree.jax_interop.bridge",
         "fastree._identity",
         "fastree._jit",
+        "fastree._argument_checks",
+        "fastree.integrations",
     ],
 )
 def test_docstring_examples(module):

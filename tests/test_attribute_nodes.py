@@ -20,7 +20,8 @@ import fastree.tree_util as ftu
 import jax
 import jax.tree_util as jtu
 import pytest
-from fastree import _aux, _core
+from fastree import _core
+from fastree.diagnostics import aux as _aux
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 

@@ -1,9 +1,10 @@
-"""aux_data checks: warnings, strict mode, audit (fastree._aux, fastree._audit)."""
+"""aux_data checks: warnings, strict mode, audit (fastree.diagnostics.aux, fastree.diagnostics.audit)."""
 
 from __future__ import annotations
 
 import dataclasses
 import doctest
+import importlib
 import enum
 import functools
 import os
@@ -12,14 +13,13 @@ import subprocess
 import sys
 import warnings
 
+import fastree
+import fastree.tree_util as tu
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import fastree
-import fastree.tree_util as tu
-from fastree import _aux
+from fastree.diagnostics import aux as _aux
 
 
 class AuxNode:
@@ -272,8 +272,11 @@ def test_audit_is_silent_and_flags_identity_objects():
 # the docstrings' examples run
 
 
-@pytest.mark.parametrize("module", ["_aux", "_audit", "_diff", "_serialize"])
+@pytest.mark.parametrize(
+    "module",
+    ["diagnostics.aux", "diagnostics.audit", "diagnostics.diff", "_serialize"],
+)
 def test_docstring_examples(module):
-    mod = getattr(fastree, module)
+    mod = importlib.import_module(f"fastree.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

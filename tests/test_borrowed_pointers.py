@@ -310,7 +310,8 @@ def test_to_jax_hook_replaced_while_it_runs_stays_alive_until_it_returns():
         """
         import functools, gc, weakref
         import fastree.tree_util as tu
-        from fastree import _core, _jax_bridge
+        from fastree import _core
+        from fastree.jax_interop import bridge as _jax_bridge
 
         def body(td):
             _jax_bridge.install()  # replaces the hook; the partial below loses its last owner
@@ -321,7 +322,7 @@ def test_to_jax_hook_replaced_while_it_runs_stays_alive_until_it_returns():
         ref = weakref.ref(hook)
         _jax_bridge.install()
         # the same arguments as install(), but this partial as to_jax
-        import fastree._jax_bridge as jb
+        import fastree.jax_interop.bridge as jb
         _core.install_jax_bridge(
             jax_registry=jb._jax_internal._registry,
             flatten_one_level=jb._jtu.default_registry.flatten_one_level,
@@ -349,8 +350,9 @@ def test_jax_registry_replaced_while_its_entries_finalize():
         """
         import gc
         import fastree.tree_util as tu
-        from fastree import _core, _jax_bridge
-        import fastree._jax_bridge as jb
+        from fastree import _core
+        from fastree.jax_interop import bridge as _jax_bridge
+        import fastree.jax_interop.bridge as jb
 
         seen = []
 
@@ -384,8 +386,9 @@ def test_jax_registry_replaced_while_its_entries_finalize():
 
 KEY_CLASS_REINSTALLED = """
 import fastree.tree_util as tu
-from fastree import _core, _key_makers
-import fastree._jax_bridge as jb
+from fastree import _core
+from fastree.jax_interop import key_makers as _key_makers
+import fastree.jax_interop.bridge as jb
 
 class Other:  # stands in for a re-installed key class (called as the class, without a maker)
     def __init__(self, key):

@@ -211,7 +211,7 @@ def test_broadcast_mismatch(case):
 
 
 @pytest.mark.skipif(
-    not fastree._map_errors._ENABLED,
+    not fastree.jax_interop.map_errors._ENABLED,
     reason="this JAX (before 0.7) lets the bare flatten_up_to error through tree_map",
 )
 def test_tree_map_mismatch_message_pinned():

@@ -12,15 +12,14 @@ import subprocess
 import sys
 import textwrap
 
+import fastree
+import fastree.tree_util as tu
 import numpy as np
 import pytest
+from fastree.diagnostics import aux as _aux
 from helpers import TREE_DICT, NodeClass, Pair, StaticTag
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import fastree
-import fastree.tree_util as tu
-from fastree import _aux
 
 
 class Mode(enum.Enum):

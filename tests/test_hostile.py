@@ -251,7 +251,7 @@ def test_map_mismatch_is_explained_without_jaxlib(monkeypatch):
     x, y = _mismatched_pair()
     error = capture(tu.tree_map, lambda a, b: a, x, y)
     assert isinstance(error, ValueError)
-    if fastree._map_errors._ENABLED:
+    if fastree.jax_interop.map_errors._ENABLED:
         assert str(error).startswith("pytree structure error: different lengths of list")
 
 
@@ -271,7 +271,7 @@ def test_map_mismatch_keeps_the_recursion_budget():
 
 
 @pytest.mark.skipif(
-    not fastree._map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
+    not fastree.jax_interop.map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
 )
 def test_keyboard_interrupt_inside_the_explanation_propagates():
     calls = {"n": 0}
@@ -314,7 +314,7 @@ def test_keyboard_interrupt_inside_flatten_up_to_is_not_replaced():
 
 
 @pytest.mark.skipif(
-    not fastree._map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
+    not fastree.jax_interop.map_errors._ENABLED, reason=f"jax {jax.__version__} does not explain mismatches"
 )
 def test_an_error_raised_while_explaining_propagates_with_the_mismatch_as_context():
     class Odd:
@@ -340,7 +340,7 @@ def test_explanation_honours_is_leaf_below_the_root():
     x = {"a": [1, 2], "b": (3,)}
     y = {"a": [1, 2, 9], "b": (3, 4)}  # "a" is a leaf for is_leaf; only "b" mismatches
     error = capture(tu.tree_map, lambda a, b: a, x, y, is_leaf=lambda t: isinstance(t, list))
-    if fastree._map_errors._ENABLED:
+    if fastree.jax_interop.map_errors._ENABLED:
         assert "tree_map tree['b']" in str(error)
 
 
@@ -732,7 +732,7 @@ def test_aux_report_takes_the_key_path_from_a_walk_that_keeps_one(monkeypatch):
     import warnings
 
     import numpy as np
-    from fastree import _aux
+    from fastree.diagnostics import aux as _aux
 
     class Holder:
         def __init__(self, v):

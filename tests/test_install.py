@@ -24,22 +24,21 @@ import sys
 import textwrap
 import threading
 
+import fastree
+import fastree.tree as ft
+import fastree.tree_util as tu
 import jax
 import jax.numpy as jnp
 import jax.tree_util
 import numpy as np
 import pytest
-
-import fastree
-import fastree.tree as ft
-import fastree.tree_util as tu
 from fastree import _install
 from helpers import used_recursion_depth
 
 JTU = jax.tree_util  # the module install writes to
 JT = jax.tree
-ORIG_TU = fastree._jax_compat.tree_util  # JAX's own objects, whatever is installed
-ORIG_T = fastree._jax_compat.tree
+ORIG_TU = fastree.jax_interop.compat.tree_util  # JAX's own objects, whatever is installed
+ORIG_T = fastree.jax_interop.compat.tree
 
 ROUTED = {f"jax.tree_util.{n}" for n in _install.ROUTED_TREE_UTIL if hasattr(ORIG_TU, n)} | {
     f"jax.tree.{n}" for n in _install.ROUTED_TREE if hasattr(ORIG_T, n)
@@ -68,7 +67,7 @@ def _public(module):
 def test_uninstalled_jax_is_jax():
     for name, obj in _public(JTU).items():
         assert obj is getattr(ORIG_TU, name), name
-    for name in fastree._jax_compat.PUBLIC_TREE_NAMES:
+    for name in fastree.jax_interop.compat.PUBLIC_TREE_NAMES:
         assert getattr(JT, name) is getattr(ORIG_T, name), name
     assert fastree.installed_functions() == {}
 
@@ -775,7 +774,7 @@ def test_equinox_under_fastree_run_matches_plain_and_goes_native(tmp_path):
     assert json.loads(routed_lines["status"]) == dict.fromkeys(names, "native")
 
 
-@pytest.mark.parametrize("module", ["fastree._install", "fastree._jax_compat"])
+@pytest.mark.parametrize("module", ["fastree._install", "fastree.jax_interop.compat"])
 def test_docstring_examples(module):
     import doctest
     import importlib

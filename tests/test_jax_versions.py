@@ -1,7 +1,7 @@
 """What changed between JAX releases, followed: fastree behaves as the installed JAX does.
 
 Each behaviour below differs between supported JAX releases; fastree decides each one in
-``fastree._jax_compat`` (a probe of the installed JAX, or its version where nothing can be asked)
+``fastree.jax_interop.compat`` (a probe of the installed JAX, or its version where nothing can be asked)
 and these tests compare fastree with the installed JAX directly, so they pass on every JAX in the
 supported range and fail wherever the two disagree:
 
@@ -30,8 +30,9 @@ import fastree.tree as ftree
 import fastree.tree_util as tu
 import jax
 import pytest
-from fastree import _jax_compat, _key_makers
-from fastree._jax_compat import tree_util as jtu
+from fastree.jax_interop import compat as _jax_compat
+from fastree.jax_interop import key_makers as _key_makers
+from fastree.jax_interop.compat import tree_util as jtu
 from helpers import assert_same_error
 
 # ------------------------------------------------------------------------------------------------
@@ -159,7 +160,8 @@ def test_lists_of_plain_leaves_still_take_no_warning():
 
 
 def test_iterable_leaf_warning_reinstalled_drops_the_memo():
-    from fastree import _core, _jax_bridge
+    from fastree import _core
+    from fastree.jax_interop import bridge as _jax_bridge
 
     dv = {"a": 1}.values()
     try:
@@ -304,7 +306,7 @@ def test_key_makers_raise_memory_error_when_the_probe_fails():
     script = textwrap.dedent(
         """
         import resource
-        from fastree import _key_makers
+        from fastree.jax_interop import key_makers as _key_makers
         vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (vm + (8 << 20), resource.RLIM_INFINITY))
         try:

@@ -427,7 +427,7 @@ tu.register_pytree_node(ArrayAux, lambda n: ((n.x,), n.aux), lambda aux, c: Arra
 
 
 def test_aux_report_names_the_key_path_from_the_root():
-    from fastree import _aux
+    from fastree.diagnostics import aux as _aux
 
     _aux._reset_warnings()
     tree = {"outer": [0, {"inner": ArrayAux(1, np.zeros(2))}]}

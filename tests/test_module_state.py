@@ -15,11 +15,13 @@ import sys
 import textwrap
 import weakref
 
-import pytest
-from helpers import run_script_results
-
 import fastree.tree_util as tu
-from fastree import _aux, _core, _jax_bridge, _key_makers
+import pytest
+from fastree import _core
+from fastree.diagnostics import aux as _aux
+from fastree.jax_interop import bridge as _jax_bridge
+from fastree.jax_interop import key_makers as _key_makers
+from helpers import run_script_results
 
 
 def run_child(code: str) -> tuple[dict[str, str], str]:
@@ -168,7 +170,8 @@ def test_exit_releases_what_the_state_holds():
         """
         import os
         import fastree.tree_util as tu
-        from fastree import _aux, _core
+        from fastree import _core
+        from fastree.diagnostics import aux as _aux
 
         class Hook:
             def __init__(self, write=os.write, leaves=tu.tree_leaves):

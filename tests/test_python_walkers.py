@@ -25,8 +25,12 @@ import fastree.tree_util as tu
 import jax
 import numpy as np
 import pytest
-from fastree import _audit, _aux, _core, _jax_bridge, _map_errors, _statetree, _values, _walk
-from fastree._jax_compat import tree_util as jtu
+from fastree import _core, _statetree, _values, _walk
+from fastree.diagnostics import audit as _audit
+from fastree.diagnostics import aux as _aux
+from fastree.jax_interop import bridge as _jax_bridge
+from fastree.jax_interop import map_errors as _map_errors
+from fastree.jax_interop.compat import tree_util as jtu
 from helpers import Plain, Shared, bounded
 
 DEPTH = 40
@@ -268,7 +272,7 @@ def test_parse_nodes_reads_the_cores_kinds_and_keys():
 
 @pytest.mark.parametrize("route", ["from_node_data", "pickled_state"])
 def test_jax_conversions_10_000_levels_deep(route):
-    if route == "from_node_data" and not fastree._jax_compat.JAXLIB_BUILDS_FROM_NODE_DATA:
+    if route == "from_node_data" and not fastree.jax_interop.compat.JAXLIB_BUILDS_FROM_NODE_DATA:
         pytest.skip("jaxlib < 0.7")
     entries = [(None, None, 0, -1)] + [(list, None, 1, -1)] * DEEP
     td = _core._treedef_from_state((1, tuple(entries)))
@@ -290,7 +294,7 @@ def test_jax_conversions_of_nested_identity_nodes_with_sharing():
     td = tu.tree_structure(tree)
     nodes = _statetree.parse_nodes(td)
     routes = [_jax_bridge._to_jax_from_state]
-    if fastree._jax_compat.JAXLIB_BUILDS_FROM_NODE_DATA:
+    if fastree.jax_interop.compat.JAXLIB_BUILDS_FROM_NODE_DATA:
         routes.append(_jax_bridge._to_jax)
     for route in routes:
         converted = route(td, nodes)

@@ -1,17 +1,16 @@
-"""structure_diff / PyTreeDef.diff / explain_retrace (fastree._diff)."""
+"""structure_diff / PyTreeDef.diff / explain_retrace (fastree.diagnostics.diff)."""
 
 from __future__ import annotations
 
 import collections
 import itertools
 
-import jax.tree_util as jtu
-import pytest
-from helpers import NT, TREE_DICT, NodeClass, Pair, Point, Triple
-
 import fastree
 import fastree.tree_util as tu
-from fastree._diff import _diff_states, explain_retrace
+import jax.tree_util as jtu
+import pytest
+from fastree.diagnostics.diff import _diff_states, explain_retrace
+from helpers import NT, TREE_DICT, NodeClass, Pair, Point, Triple
 
 
 def diffs(a, b):

@@ -34,7 +34,8 @@ import fastree
 import fastree.tree_util as tu
 import numpy as np
 import pytest
-from fastree import _aux, _core, _statetree, _walk
+from fastree import _core, _statetree, _walk
+from fastree.diagnostics import aux as _aux
 from helpers import WALK_TIME_BOUND, Plain, Shared, bounded
 
 
@@ -244,9 +245,9 @@ def test_short_repr_is_repr_up_to_its_limit():
     values = [np.zeros(3), {"a": np.ones(2), 1: (None,)}, [], set(), frozenset({1}), (1,)]
     values += [self_list(), self_dict(), {3: "x", 1: "y"}, [(), [], {}]]
     for value in values:
-        assert fastree._audit.short_repr(value, limit=10_000) == repr(value)
+        assert fastree.diagnostics.audit.short_repr(value, limit=10_000) == repr(value)
     with bounded():
-        assert fastree._audit.short_repr(pairs, limit=30) == "(" * 27 + "..."
+        assert fastree.diagnostics.audit.short_repr(pairs, limit=30) == "(" * 27 + "..."
 
 
 # ------------------------------------------------------------------------------------------------
@@ -389,7 +390,7 @@ def test_treedef_walkers_on_an_identity_dag():
         (d,) = ta.diff(tb)
         assert d.kind == "sharing" and d.path == (tu.FlattenedIndexKey(1),)
         assert fastree.structure_diff(a, DAGS["identity-nodes"]()) == []
-        assert "1 place(s)" in fastree._diff.explain_retrace(tb, [ta])
+        assert "1 place(s)" in fastree.diagnostics.diff.explain_retrace(tb, [ta])
         assert ta.fingerprint() != tb.fingerprint()
         assert fastree.deserialize(ta.serialize()) == ta
 
@@ -450,7 +451,9 @@ def test_fingerprint_of_shared_and_cyclic_aux_values():
 # the docstrings' examples run
 
 
-@pytest.mark.parametrize("module", ["_walk", "_identity", "_statetree", "_audit", "_serialize"])
+@pytest.mark.parametrize(
+    "module", ["_walk", "_identity", "_statetree", "diagnostics.audit", "_serialize"]
+)
 def test_docstring_examples(module):
     mod = importlib.import_module(f"fastree.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)

@@ -83,7 +83,8 @@ def load_noaux() -> Library:
     side) and, for the plain aux data of these trees, re-warms nothing.
     """
     _, fastree, api = _loaded()
-    from fastree import _aux, _core
+    from fastree import _core
+    from fastree.diagnostics import aux as _aux
 
     def unchecked(fn: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -8,15 +8,15 @@
 {'b': 30, 'w': [10, 20]}
 """
 
-from . import _jax_bridge
+from .jax_interop import bridge as _jax_bridge
 
 _jax_bridge.install()
 
 from . import tree as tree  # noqa: E402
 from . import tree_util as tree_util  # noqa: E402
 from ._core import PyTreeDef as PyTreeDef  # noqa: E402
-from ._jax_bridge import from_jax as from_jax  # noqa: E402
-from ._jax_bridge import to_jax as to_jax  # noqa: E402
+from .jax_interop.bridge import from_jax as from_jax  # noqa: E402
+from .jax_interop.bridge import to_jax as to_jax  # noqa: E402
 
 # Static metadata: aux_data checks and settings; PyTreeDef's Python-implemented methods (diff,
 # fingerprint, serialize, JAX's proto encoding), attached in one place.
@@ -25,14 +25,14 @@ from . import _config, _treedef_methods  # noqa: E402
 _config.install()
 _treedef_methods.attach()
 
-from ._audit import AuditEntry as AuditEntry  # noqa: E402
-from ._audit import AuditReport as AuditReport  # noqa: E402
-from ._audit import audit as audit  # noqa: E402
-from ._aux import AuxDataWarning as AuxDataWarning  # noqa: E402
+from .diagnostics.audit import AuditEntry as AuditEntry  # noqa: E402
+from .diagnostics.audit import AuditReport as AuditReport  # noqa: E402
+from .diagnostics.audit import audit as audit  # noqa: E402
+from .diagnostics.aux import AuxDataWarning as AuxDataWarning  # noqa: E402
 from ._config import config as config  # noqa: E402
 from ._config import strict_aux as strict_aux  # noqa: E402
-from ._diff import StructureDiff as StructureDiff  # noqa: E402
-from ._diff import structure_diff as structure_diff  # noqa: E402
+from .diagnostics.diff import StructureDiff as StructureDiff  # noqa: E402
+from .diagnostics.diff import structure_diff as structure_diff  # noqa: E402
 from ._serialize import deserialize as deserialize  # noqa: E402
 
 # Identity-preserving nodes: the aliasing diagnostic and jit over one DAG of all arguments.

@@ -2,7 +2,7 @@
 
 One setting so far, ``strict_aux``. Its value lives in the core (``_core.strict_aux()``), which
 checks aux_data while it flattens; changing it also re-installs the aux_data hooks of
-``_aux.py``, whose cached verdicts depend on it.
+``diagnostics/aux.py``, whose cached verdicts depend on it.
 
 >>> import fastree
 >>> with fastree.strict_aux():
@@ -18,7 +18,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from . import _aux, _core
+from . import _core
+from .diagnostics import aux as _aux
 
 
 def _set_strict(strict: bool) -> None:

@@ -47,8 +47,8 @@ class PyTreeDef:
     def _nodes(self) -> tuple[tuple[str, type | None, Any, int, int, int, tuple[Any, ...]], ...]:
         """(kind, type, data, arity, num_leaves, ref, child_keys) per post-order node."""
     # Written in Python and attached at import, all in fastree._treedef_methods: structure
-    # diffs (fastree._diff), fingerprints and the byte format (fastree._serialize), and JAX's
-    # protocol-buffer encoding through a JAX treedef (fastree._jax_bridge).
+    # diffs (fastree.diagnostics.diff), fingerprints and the byte format (fastree._serialize), and JAX's
+    # protocol-buffer encoding through a JAX treedef (fastree.jax_interop.bridge).
     def diff(self, other: Any) -> list[Any]: ...
     def fingerprint(self) -> str: ...
     def serialize(self) -> bytes: ...

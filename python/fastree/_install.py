@@ -12,7 +12,7 @@ functions (which register with JAX and fastree alike). Treedefs stay JAX's: libr
 JAX builds and pass them to JAX internals that require jaxlib's class. The README's "Installing
 into JAX" section gives the reason for each name.
 
-Every fastree module takes JAX's objects from :mod:`fastree._jax_compat`, bound at import, so
+Every fastree module takes JAX's objects from :mod:`fastree.jax_interop.compat`, bound at import, so
 nothing in fastree calls an installed function by mistake (no recursion).
 """
 
@@ -24,9 +24,9 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from . import _jax_compat
 from . import tree as _fastree_tree
 from . import tree_util as _fastree_tree_util
+from .jax_interop import compat as _jax_compat
 
 # What install routes, per JAX module (the README's table gives the reason for each name).
 ROUTED_TREE_UTIL = (

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _core
-from ._jax_compat import jax
-from ._jax_compat import tree_util as _jtu
+from .jax_interop.compat import jax
+from .jax_interop.compat import tree_util as _jtu
 
 _log = logging.getLogger("fastree.jit")
 
@@ -123,7 +123,7 @@ def _explain(treedef: _core.PyTreeDef, seen: list[_core.PyTreeDef]) -> None:
         if treedef in seen:
             reason = "same structure; leaf shapes, dtypes or static arguments changed"
         else:
-            from ._diff import explain_retrace
+            from .diagnostics.diff import explain_retrace
 
             reason = explain_retrace(treedef, seen)
         _log.warning("fastree.jit retrace: %s", reason)

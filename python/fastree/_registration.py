@@ -12,19 +12,14 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from . import _core, _identity, _jax_compat, integrations
-from ._jax_compat import tree_util as _jtu
+from . import _core, _identity, integrations
+from ._argument_checks import require_type as _require_type
+from .jax_interop import compat as _jax_compat
+from .jax_interop.compat import tree_util as _jtu
 
 T = TypeVar("T")
 Typ = TypeVar("Typ", bound=type[Any])
 H = TypeVar("H")
-
-
-def _require_type(nodetype: Any, function: str) -> None:
-    # JAX accepts any object here and registers it uselessly; fastree refuses, and does so before
-    # anything is registered anywhere, so JAX and fastree never disagree about a registration.
-    if not isinstance(nodetype, type):
-        raise TypeError(f"{function}: expected a type to register, got {nodetype!r}.")
 
 
 def _register_with_jax_as_dag(nodetype: type[Any]) -> None:

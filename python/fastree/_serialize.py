@@ -75,11 +75,12 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _core, _jax_compat, _statetree
-from ._audit import short_repr
-from ._aux import _type_name, items
+from . import _core, _statetree
 from ._values import ATOM, ENTER, LEAVE, REPEAT, ValueWalk
-from .tree_util import keystr
+from .diagnostics.audit import short_repr
+from .diagnostics.aux import _type_name, items
+from .jax_interop import compat as _jax_compat
+from .jax_interop.compat import keystr
 
 MAGIC = b"FTDF"
 VERSION = 1

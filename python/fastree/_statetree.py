@@ -1,7 +1,7 @@
 """A Python view of a treedef's nodes: ``PyTreeDef._nodes()`` as a tree with key paths.
 
-Shared by structure diffs (``_diff.py``), fingerprints/serialization (``_serialize.py``) and the
-JAX conversion (``_jax_bridge.py``). The core describes each post-order node as ``(kind, type,
+Shared by structure diffs (``diagnostics/diff.py``), fingerprints/serialization (``_serialize.py``) and the
+JAX conversion (``jax_interop/bridge.py``). The core describes each post-order node as ``(kind, type,
 data, arity, num_leaves, ref, child_keys)``: its kind (``"leaf"``, ``"none"``, ``"tuple"``,
 ``"list"``, ``"dict"``, ``"namedtuple"``, ``"ordered_dict"``, ``"default_dict"``, ``"custom"``,
 ``"dataclass"``, ``"attribute"``, ``"shared_ref"``), its type and node data as ``node_data()`` reports them (None
@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import _core, _jax_compat
-from ._jax_compat import tree_util as _jtu
+from . import _core
+from .jax_interop import compat as _jax_compat
+from .jax_interop.compat import tree_util as _jtu
 
 STATE_VERSION = 1
 

@@ -2,9 +2,9 @@
 
 The core (C++) implements ``PyTreeDef``; five of its methods are Python on top of it:
 
-* ``diff`` (``_diff.py``), ``fingerprint`` and ``serialize`` (``_serialize.py``);
+* ``diff`` (``diagnostics/diff.py``), ``fingerprint`` and ``serialize`` (``_serialize.py``);
 * ``serialize_using_proto`` and the static ``deserialize_using_proto``: JAX's protocol-buffer
-  encoding, through a JAX treedef (``_jax_bridge.py``).
+  encoding, through a JAX treedef (``jax_interop/bridge.py``).
 
 :func:`attach` (called once by ``import fastree``) sets them on the type. ``_core.pyi`` declares
 them with the rest of the class, and ``tests/test_stubs.py`` checks it against the runtime.
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core, _diff, _jax_bridge, _serialize
+from . import _core, _serialize
+from .diagnostics import diff as _diff
+from .jax_interop import bridge as _jax_bridge
 
 METHODS: dict[str, Any] = {
     "diff": _diff._treedef_diff,

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import _core
-from ._jax_compat import tree_util as _jtu
+from .jax_interop.compat import tree_util as _jtu
 
 # flatten's RecursionError text (csrc/treedef.h, kFlattenRecursionWhere, after CPython's own
 # "maximum recursion depth exceeded"); tests/test_walkers.py checks that the two agree.

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from . import _core, _map_errors
+from . import _core
 from ._core import PyTreeDef as PyTreeDef
 from ._core import tree_flatten as tree_flatten
 from ._core import tree_flatten_with_path as tree_flatten_with_path
@@ -22,14 +22,15 @@ from ._core import tree_map as tree_map
 from ._core import tree_map_with_path as tree_map_with_path
 from ._core import tree_structure as tree_structure
 from ._core import tree_unflatten as tree_unflatten
-from ._default_registry import default_registry as default_registry
-from ._jax_compat import tree_util as _jtu
 from ._registration import register_dataclass as register_dataclass
 from ._registration import register_pytree_node as register_pytree_node
 from ._registration import register_pytree_node_class as register_pytree_node_class
 from ._registration import register_pytree_with_keys as register_pytree_with_keys
 from ._registration import register_pytree_with_keys_class as register_pytree_with_keys_class
 from ._registration import register_static as register_static
+from .jax_interop import map_errors as _map_errors
+from .jax_interop.compat import tree_util as _jtu
+from .jax_interop.default_registry import default_registry as default_registry
 
 DictKey = _jtu.DictKey
 SequenceKey = _jtu.SequenceKey

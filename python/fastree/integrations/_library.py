@@ -7,7 +7,8 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
-from .. import _core, _jax_compat
+from .. import _core
+from ..jax_interop import compat as _jax_compat
 
 
 @functools.cache

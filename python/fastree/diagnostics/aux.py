@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _jax_compat
-from ._jax_compat import tree_util as _jtu
-from ._values import ATOM, ENTER, ValueWalk
-from ._walk import Walk, hooks_muted_now
+from .. import _core
+from .._values import ATOM, ENTER, ValueWalk
+from .._walk import Walk, hooks_muted_now
+from ..jax_interop import compat as _jax_compat
+from ..jax_interop.compat import tree_util as _jtu
 
 
 class AuxDataWarning(UserWarning):

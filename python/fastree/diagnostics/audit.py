@@ -1,6 +1,6 @@
 """``fastree.audit(tree)``: every custom node's aux_data, with its key path and its problems.
 
-The flatten-time checks (``_aux.py``) only stop what is wrong (arrays, tracers, broken ``==``).
+The flatten-time checks (``diagnostics/aux.py``) only stop what is wrong (arrays, tracers, broken ``==``).
 The audit also points out what is legal but costly, because aux_data is part of every jit cache
 key and a treedef only matches a cached one if every aux_data compares equal:
 
@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _aux
-from ._values import ATOM, CYCLE, ENTER, LEAVE, ValueWalk, never
-from ._walk import Walk
-from .tree_util import keystr
+from .._values import ATOM, CYCLE, ENTER, LEAVE, ValueWalk, never
+from .._walk import Walk
+from ..jax_interop.compat import keystr
+from . import aux as _aux
 
 # the core's kinds of the nodes the audit lists
 _CUSTOM_KINDS = ("custom", "dataclass", "attribute")

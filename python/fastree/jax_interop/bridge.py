@@ -17,13 +17,16 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from . import _core, _jax_compat, _key_makers, _map_errors, _statetree
-from ._default_registry import PyTreeRegistry
+from .. import _core, _statetree
+from .._statetree import StateNode
+from . import compat as _jax_compat
+from . import key_makers as _key_makers
+from . import map_errors as _map_errors
 
 # Tests re-create install()'s call to the core through these two names.
-from ._jax_compat import internal as _jax_internal  # noqa: F401
-from ._jax_compat import tree_util as _jtu
-from ._statetree import StateNode
+from .compat import internal as _jax_internal  # noqa: F401
+from .compat import tree_util as _jtu
+from .default_registry import PyTreeRegistry
 
 _LEAF_TREEDEF = _jtu.tree_structure(0)
 

@@ -35,9 +35,10 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from . import _core, _jax_compat
-from ._jax_compat import tree_util as _jtu
-from ._walk import Walk
+from .. import _core
+from .._walk import Walk
+from . import compat as _jax_compat
+from .compat import tree_util as _jtu
 
 KeyPath = tuple[Any, ...]
 Explanation = Callable[[str], ValueError]

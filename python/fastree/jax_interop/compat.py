@@ -36,8 +36,8 @@ The supported range starts at :data:`MIN_JAX_VERSION` (``pyproject.toml`` declar
 floor); README's version table says which combinations the suite runs on.
 
 >>> import jax.tree_util
->>> from fastree import _jax_compat
->>> _jax_compat.tree_util.tree_map is jax.tree_util.tree_map  # as long as nothing is installed
+>>> from fastree.jax_interop import compat
+>>> compat.tree_util.tree_map is jax.tree_util.tree_map  # as long as nothing is installed
 True
 """
 
@@ -89,6 +89,7 @@ __all__ = [
     "jaxlib_calls_namedtuple_like",
     "jaxlib_flatten_one_level_with_keys",
     "jaxlib_is_node",
+    "keystr",
     "tree",
     "tree_util",
 ]
@@ -186,11 +187,14 @@ tree_util = _snapshot(_jax_tree_util, internal, PUBLIC_TREE_UTIL_NAMES)
 tree = _snapshot(_jax_tree, _jax_src_tree, PUBLIC_TREE_NAMES)
 """JAX's own ``jax.tree`` objects (a namespace; attribute access as on the module)."""
 
+keystr = tree_util.keystr
+"""JAX's own ``keystr`` (fastree's is the same function), for modules below ``tree_util``."""
+
 # The module objects install writes to. Only fastree._install uses these.
 public_tree_util_module = _jax_tree_util
 public_tree_module = _jax_tree
 
-# The classes the aux_data checks recognise (fastree._aux).
+# The classes the aux_data checks recognise (fastree.diagnostics.aux).
 Array = jax.Array
 Tracer = jax.core.Tracer
 
@@ -426,7 +430,7 @@ JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
 JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, (1,), (1, 2))
 ).startswith("pytree structure error")
-"""jax 0.7 and later explain a tree_map structure mismatch by key path (fastree._map_errors)."""
+"""jax 0.7 and later explain a tree_map structure mismatch by key path (fastree.jax_interop.map_errors)."""
 
 JAX_MAP_ERRORS_PRINT_KEY_ENTRIES = "['b']" in _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, {"a": 1}, {"a": 1, "b": 2})

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import _core
-from ._jax_compat import tree_util as _jtu
-from ._registration import _require_type
+from .. import _core
+from .._argument_checks import require_type as _require_type
+from .compat import tree_util as _jtu
 
 
 class PyTreeRegistry:

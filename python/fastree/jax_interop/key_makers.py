@@ -12,10 +12,10 @@ back, and only then calls the classes. When the ask fails, the maker raises ``Me
 before any jaxlib code runs. The ask reserves address space and touches no page, so it costs two
 system calls per block (blocks are cached by the core and made rarely).
 
->>> from fastree import _key_makers
->>> _key_makers.sequence_block(3)
+>>> from fastree.jax_interop import key_makers
+>>> key_makers.sequence_block(3)
 [SequenceKey(idx=0), SequenceKey(idx=1), SequenceKey(idx=2)]
->>> _key_makers.dict_key('w'), _key_makers.getattr_key('bias')
+>>> key_makers.dict_key('w'), key_makers.getattr_key('bias')
 (DictKey(key='w'), GetAttrKey(name='bias'))
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import mmap
 from typing import Any
 
-from ._jax_compat import tree_util as _jtu
+from .compat import tree_util as _jtu
 
 # What making `n` entries may allocate: a fixed margin for nanobind's table of live instances
 # (a robin-hood map that doubles: tens of MiB for a few hundred thousand live instances of any
@@ -80,7 +80,7 @@ def getattr_key(name: Any) -> Any:
 
 
 def install() -> None:
-    from . import _core
+    from .. import _core
 
     _core.set_key_makers(
         sequence_block, flattened_index_block, dict_key, getattr_key, dict_key_block

@@ -11,12 +11,12 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from . import _core, _statetree
-from ._audit import short_repr
-from ._aux import _type_name
-from ._jax_compat import tree_util as _jtu
-from ._statetree import StateNode
-from .tree_util import keystr
+from .. import _core, _statetree
+from .._statetree import StateNode
+from ..jax_interop.compat import keystr
+from ..jax_interop.compat import tree_util as _jtu
+from .audit import short_repr
+from .aux import _type_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +167,7 @@ def _as_treedef(x: Any) -> _core.PyTreeDef:
     if isinstance(x, _core.PyTreeDef):
         return x
     if isinstance(x, _jtu.PyTreeDef):
-        from ._jax_bridge import from_jax
+        from ..jax_interop.bridge import from_jax
 
         return from_jax(x)
     return _core.tree_structure(x)
