@@ -137,9 +137,9 @@ bool SwitchToLibrary(AttrNode* node) {
     return registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
 }
 
-// Runs the checker if one is due for this instance. kNative to go on reading.
+// Runs the checker if one is due for this instance (the node is not delegating: the caller
+// asked). kNative to go on reading.
 Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
-    if (node->use_library) return Outcome::kLibrary;
     if (node->checker == nullptr) return Outcome::kNative;
     if (node->checks_left > 0) {
         --node->checks_left;

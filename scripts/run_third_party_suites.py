@@ -46,6 +46,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MODES = ("plain", "installed")
 
@@ -68,18 +69,23 @@ class Outcome:
     message: str = ""
 
 
-def optax_suite(workdir: Path, args: argparse.Namespace) -> Suite:
-    import optax
-
-    root = Path(optax.__file__).parent
+def _wheel_tests_suite(name: str, module: Any, workdir: Path, args: argparse.Namespace) -> Suite:
+    # The *_test.py files a wheel ships, run from an empty directory under an empty pytest config.
+    root = Path(module.__file__).parent
     paths = sorted(glob.glob(str(root / "**" / "*_test.py"), recursive=True))
     if args.max_files:
         paths = paths[: args.max_files]
-    cwd = workdir / "optax_run"
+    cwd = workdir / f"{name}_run"
     cwd.mkdir(parents=True, exist_ok=True)
     config = cwd / "pytest.ini"
     config.write_text("[pytest]\n")
-    return Suite("optax", cwd, paths, ["-c", str(config), "--rootdir", str(cwd)])
+    return Suite(name, cwd, paths, ["-c", str(config), "--rootdir", str(cwd)])
+
+
+def optax_suite(workdir: Path, args: argparse.Namespace) -> Suite:
+    import optax
+
+    return _wheel_tests_suite("optax", optax, workdir, args)
 
 
 def chex_suite(workdir: Path, args: argparse.Namespace) -> Suite:
@@ -87,16 +93,7 @@ def chex_suite(workdir: Path, args: argparse.Namespace) -> Suite:
         import chex
     except ImportError as error:
         raise SkipProject(f"chex is not installed ({error})") from None
-
-    root = Path(chex.__file__).parent
-    paths = sorted(glob.glob(str(root / "**" / "*_test.py"), recursive=True))
-    if args.max_files:
-        paths = paths[: args.max_files]
-    cwd = workdir / "chex_run"
-    cwd.mkdir(parents=True, exist_ok=True)
-    config = cwd / "pytest.ini"
-    config.write_text("[pytest]\n")
-    return Suite("chex", cwd, paths, ["-c", str(config), "--rootdir", str(cwd)])
+    return _wheel_tests_suite("chex", chex, workdir, args)
 
 
 def flax_suite(workdir: Path, args: argparse.Namespace) -> Suite:

@@ -11,6 +11,7 @@ import collections
 import contextlib
 import inspect
 import dataclasses
+import importlib
 import itertools
 import re
 import signal
@@ -93,6 +94,20 @@ def requires_jax(*names: str):
     return pytest.mark.skipif(
         bool(missing), reason=f"jax {jax.__version__} has no {', '.join(missing)}"
     )
+
+
+def skip_unless_integration_knows(library: str) -> None:
+    """Skips (the test, or at import the whole module) unless ``library`` is installed in a
+    version whose node layout fastree's integration reproduces (fastree.integrations.<library>):
+    other versions keep the library's own functions, and the tests' expectations do not hold."""
+    pytest.importorskip(library)
+    integration = importlib.import_module(f"fastree.integrations.{library}")
+    if not integration.known_version():
+        pytest.skip(
+            f"the installed {library} is not a version the integration reproduces "
+            f"({integration.KNOWN_VERSIONS}): its classes stay {library}'s",
+            allow_module_level=True,
+        )
 
 
 # ------------------------------------------------------------------------------------------------

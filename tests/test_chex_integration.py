@@ -16,17 +16,9 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
+from helpers import skip_unless_integration_knows
 
-pytest.importorskip("chex")
-from fastree.integrations import chex as _fastree_chex  # noqa: E402
-
-if not _fastree_chex.known_version():
-    pytest.skip(
-        "the installed chex is not a version the integration reproduces "
-        f"({_fastree_chex.KNOWN_VERSIONS}): its classes stay chex's",
-        allow_module_level=True,
-    )
+skip_unless_integration_knows("chex")
 
 SCENARIO = textwrap.dedent(
     """

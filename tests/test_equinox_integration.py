@@ -33,18 +33,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers import skip_unless_integration_knows
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("equinox")
-from fastree.integrations import equinox as _fastree_equinox  # noqa: E402
-
-if not _fastree_equinox.known_version():
-    pytest.skip(
-        "the installed equinox is not a version the integration reproduces "
-        f"({_fastree_equinox.KNOWN_VERSIONS}): its classes stay equinox's",
-        allow_module_level=True,
-    )
+skip_unless_integration_knows("equinox")
 
 pytestmark = pytest.mark.third_party
 

@@ -33,7 +33,7 @@ import jax.tree_util
 import numpy as np
 import pytest
 from fastree import _install
-from helpers import used_recursion_depth
+from helpers import skip_unless_integration_knows, used_recursion_depth
 
 JTU = jax.tree_util  # the module install writes to
 JT = jax.tree
@@ -758,7 +758,7 @@ _EQUINOX_CHILD = textwrap.dedent(
 def test_equinox_under_fastree_run_matches_plain_and_goes_native(tmp_path):
     # equinox imported after install (python -m fastree.run): its Module classes are registered as
     # native attribute nodes (fastree.integrations), not with equinox's generated functions.
-    pytest.importorskip("equinox")
+    skip_unless_integration_knows("equinox")
     script = tmp_path / "equinox_child.py"
     script.write_text(_EQUINOX_CHILD)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two children at once: half the time

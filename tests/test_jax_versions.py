@@ -268,7 +268,7 @@ def test_child_key_listing_follows_jax(prefix, full):
     ],
 )
 def test_version_tuple(text, expected):
-    assert _jax_compat._version_tuple(text) == expected
+    assert _jax_compat.version_tuple(text) == expected
 
 
 def test_version_is_the_installed_jax():

@@ -18,13 +18,7 @@ def version(distribution: str) -> tuple[int, ...] | None:
         text = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            return None
-        parts.append(int(digits))
-    return tuple(parts)
+    return _jax_compat.version_tuple(text)[:3] or None
 
 
 def version_within(distribution: str, known: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:

@@ -92,6 +92,7 @@ __all__ = [
     "keystr",
     "tree",
     "tree_util",
+    "version_tuple",
 ]
 
 
@@ -99,9 +100,12 @@ __all__ = [
 # The running JAX's version
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    # "0.12.0.1" -> (0, 12, 0, 1); a local or pre-release tail ("0.5.0rc1", "0.4.36.dev2") ends
-    # the numbers.
+def version_tuple(text: str) -> tuple[int, ...]:
+    """A version string's leading numbers: a pre-release or local tail ends them.
+
+    >>> version_tuple("0.12.0.1"), version_tuple("0.5.0rc1"), version_tuple("0.4.36.dev2")
+    ((0, 12, 0, 1), (0, 5, 0), (0, 4, 36))
+    """
     numbers = []
     for part in text.split("."):
         digits = re.match(r"\d+", part)
@@ -113,7 +117,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(numbers)
 
 
-JAX_VERSION = _version_tuple(jax.__version__)
+JAX_VERSION = version_tuple(jax.__version__)
 """The installed JAX's version as a tuple of ints: ``(0, 10, 2)``."""
 
 MIN_JAX_VERSION = (0, 6, 2)
@@ -430,7 +434,8 @@ JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
 JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, (1,), (1, 2))
 ).startswith("pytree structure error")
-"""jax 0.7 and later explain a tree_map structure mismatch by key path (fastree.jax_interop.map_errors)."""
+"""jax 0.7 and later explain a tree_map structure mismatch by key path
+(fastree.jax_interop.map_errors)."""
 
 JAX_MAP_ERRORS_PRINT_KEY_ENTRIES = "['b']" in _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, {"a": 1}, {"a": 1, "b": 2})
