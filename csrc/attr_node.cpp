@@ -19,34 +19,94 @@ namespace attr {
 namespace {
 
 PyTypeObject* g_type = nullptr;  // owned by the module (added to it at init); never freed
+// Interned "__getattribute__" and "__getattr__" (PlainAttributeAccess); made with the type,
+// never freed.
+PyObject* g_getattribute_name = nullptr;
+PyObject* g_getattr_name = nullptr;
 
 Py_ssize_t NumData(const AttrNode* n) { return PyTuple_GET_SIZE(n->data_fields); }
 Py_ssize_t NumMeta(const AttrNode* n) { return PyTuple_GET_SIZE(n->meta_fields); }
 Py_ssize_t AuxLength(const AttrNode* n) { return NumMeta(n) + (n->extra_fields ? 1 : 0); }
 
-// The instance's __dict__ into *dict (left null when the class has none). False with an error
-// set on failure. Asking for it makes the dict if the instance keeps its attributes inline
-// (CPython 3.11+), as `obj.__dict__` in the library's own flatten does.
-bool InstanceDict(PyObject* obj, Ref* dict) {
-    if (Py_TYPE(obj)->tp_dictoffset == 0) {
-        *dict = Ref();
-        return true;
-    }
-    *dict = Ref(PyObject_GenericGetDict(obj, nullptr));
-    return static_cast<bool>(*dict);
+// An instance as the reads below see it.
+//
+// The native read trusts two things only a plain instance gives: the class's attribute lookup
+// is object's (so `obj.__dict__` and a slot are what Python itself would read), and __dict__ is
+// an exact dict (so a lookup is PyDict's, as `obj.__dict__.get` would be). An instance whose
+// class overrides __getattribute__ / __getattr__ (tp_getattro), or whose __dict__ was replaced
+// by a dict subclass with its own `get`, is read through Python's attribute protocol instead
+// (`general`), or, where an integration attached the library's functions, by the library.
+struct Instance {
+    PyObject* obj;   // borrowed: the caller's
+    Ref dict;        // the __dict__ (null when the class has none)
+    bool general;    // read every field through getattr (see above)
+};
+
+// Whether instances of `t` look attributes up as object does: the generic lookup, or a
+// __getattribute__ the integration vouched for (trusted_getattribute: the library's own, which
+// passes __dict__ and the fields through unchanged; the checks on first instances compare the
+// native read with the library's functions) with no __getattr__. _PyType_Lookup runs no Python
+// code (the type's method cache).
+bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
+    if (t->tp_getattro == PyObject_GenericGetAttr) return true;
+    if (node->trusted_getattribute == nullptr) return false;
+    return _PyType_Lookup(t, g_getattribute_name) == node->trusted_getattribute &&
+           _PyType_Lookup(t, g_getattr_name) == nullptr;
 }
 
-// Field `i` (data fields first, then meta fields) of `obj` as stored on the instance: a new
-// reference, or null, absent (no error) or failed (error set).
-PyObject* Stored(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
-                 PyObject* name) {
-    if (node->slots != nullptr && node->slots[i] != 0) {
-        return Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) +
-                                                         node->slots[i]));
+// Reads `obj`'s __dict__ into *inst. False with an error set on failure. Asking for it makes
+// the dict if the instance keeps its attributes inline (CPython 3.11+), as `obj.__dict__` in
+// the library's own flatten does.
+bool ReadInstance(const AttrNode* node, PyObject* obj, Instance* inst) {
+    inst->obj = obj;
+    inst->general = !PlainAttributeAccess(node, Py_TYPE(obj));
+    if (inst->general) {
+        // Whatever __dict__ the class serves (only its size is used: Regular below).
+        inst->dict = Ref(PyObject_GetAttrString(obj, "__dict__"));
+        if (!inst->dict && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+        return !PyErr_Occurred();
     }
-    if (dict == nullptr) return nullptr;
+    if (Py_TYPE(obj)->tp_dictoffset == 0) {
+        inst->dict = Ref();
+        return true;
+    }
+    inst->dict = Ref(PyObject_GenericGetDict(obj, nullptr));
+    if (!inst->dict) return false;
+    inst->general = !PyDict_CheckExact(inst->dict.get());
+    return true;
+}
+
+// getattr(obj, name): a new reference; null and no error when it raised AttributeError (the
+// field is absent, as `obj.__dict__.get(name, MISSING)` finds it absent); null with the error
+// set for any other exception (a foreign slot descriptor's TypeError, ...).
+PyObject* GetAttrIfPresent(PyObject* obj, PyObject* name) {
+    PyObject* v = PyObject_GetAttr(obj, name);
+    if (v == nullptr && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+    return v;
+}
+
+// Field `i` (data fields first, then meta fields) of the instance as stored on it: a new
+// reference, or null, absent (no error) or failed (error set).
+PyObject* Stored(const AttrNode* node, const Instance& inst, Py_ssize_t i, PyObject* name) {
+    const Py_ssize_t slot = node->slots != nullptr ? node->slots[i] : 0;
+    if (inst.general || slot == kReadByGetAttr) return GetAttrIfPresent(inst.obj, name);
+    if (slot != 0) {
+        return Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(inst.obj) + slot));
+    }
+    if (!inst.dict) return nullptr;
     // Borrowed, and taken at once: the lookup itself can compare keys (Python code).
-    return Py_XNewRef(PyDict_GetItemWithError(dict, name));
+    return Py_XNewRef(PyDict_GetItemWithError(inst.dict.get(), name));
+}
+
+// An extra field's value as stored, or `missing`. A new reference, or null with an error set.
+PyObject* Extra(const AttrNode* node, const Instance& inst, PyObject* name) {
+    PyObject* v = nullptr;
+    if (inst.general) {
+        v = GetAttrIfPresent(inst.obj, name);
+    } else if (inst.dict) {
+        v = Py_XNewRef(PyDict_GetItemWithError(inst.dict.get(), name));
+    }
+    return v != nullptr || PyErr_Occurred() ? v : Py_NewRef(node->missing);
 }
 
 // An absent field's value: `missing`, or an AttributeError (null).
@@ -60,22 +120,26 @@ PyObject* Absent(const AttrNode* node, PyObject* name) {
 }
 
 // Field `i`'s value: stored, or `missing`, or an AttributeError. A new reference or null.
-PyObject* Value(const AttrNode* node, PyObject* obj, PyObject* dict, Py_ssize_t i,
-                PyObject* name) {
-    PyObject* v = Stored(node, obj, dict, i, name);
+PyObject* Value(const AttrNode* node, const Instance& inst, Py_ssize_t i, PyObject* name) {
+    PyObject* v = Stored(node, inst, i, name);
     return v != nullptr || PyErr_Occurred() ? v : Absent(node, name);
 }
 
 // Whether the instance's __dict__ holds exactly the fields kept there: the instances the
 // library makes. Others (partly initialised, or carrying the extra fields) are checked apart.
-bool Regular(const AttrNode* node, PyObject* dict) {
+// -1 with an error set if the size of a general instance's __dict__ could not be read.
+int Regular(const AttrNode* node, const Instance& inst) {
     Py_ssize_t in_dict = NumData(node) + NumMeta(node);
     if (node->slots != nullptr) {
         for (Py_ssize_t i = 0; i < NumData(node) + NumMeta(node); ++i) {
             if (node->slots[i] != 0) --in_dict;
         }
     }
-    return (dict == nullptr ? 0 : PyDict_GET_SIZE(dict)) == in_dict;
+    if (!inst.dict) return in_dict == 0;
+    const Py_ssize_t size = inst.general ? PyObject_Size(inst.dict.get())
+                                         : PyDict_GET_SIZE(inst.dict.get());
+    if (size < 0) return -1;
+    return size == in_dict;
 }
 
 // Whether tuple `t` holds exactly the objects in `items` (identity: nothing runs).
@@ -89,7 +153,7 @@ bool SameItems(PyObject* t, const Vec& items) {
 }
 
 // The aux data of an instance, as a new tuple (or the shared regular one).
-PyObject* Aux(AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
+PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
     if (node->names_as_aux) return Py_NewRef(node->data_fields);
     // Shared when it cannot differ: no meta fields, and no extra fields to report.
     if (node->regular_aux != nullptr && (regular || node->extra_fields == nullptr)) {
@@ -102,9 +166,7 @@ PyObject* Aux(AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
             extras = Py_NewRef(node->missing);
         } else {
             extras = NewSequenceOf<true>(PyTuple_GET_SIZE(node->extra_fields), [&](Py_ssize_t j) {
-                PyObject* name = PyTuple_GET_ITEM(node->extra_fields, j);
-                PyObject* v = dict ? Py_XNewRef(PyDict_GetItemWithError(dict, name)) : nullptr;
-                return v != nullptr || PyErr_Occurred() ? v : Py_NewRef(node->missing);
+                return Extra(node, inst, PyTuple_GET_ITEM(node->extra_fields, j));
             });
         }
         if (extras == nullptr) return nullptr;
@@ -112,7 +174,7 @@ PyObject* Aux(AttrNode* node, PyObject* obj, PyObject* dict, bool regular) {
     }
     const Py_ssize_t nd = NumData(node);
     for (Py_ssize_t k = 0; k < NumMeta(node); ++k) {
-        PyObject* v = Value(node, obj, dict, nd + k, PyTuple_GET_ITEM(node->meta_fields, k));
+        PyObject* v = Value(node, inst, nd + k, PyTuple_GET_ITEM(node->meta_fields, k));
         if (v == nullptr) return nullptr;
         PushOwned(items, v);
     }
@@ -159,17 +221,22 @@ Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
 }
 
 Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fields* out) {
-    Ref dict;
-    if (!InstanceDict(obj, &dict)) return Outcome::kError;
-    bool regular = Regular(node, dict.get());
+    Instance inst;
+    if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
+    int regular = Regular(node, inst);
+    if (regular < 0) return Outcome::kError;
     if (check) {
         if (node->use_library) return Outcome::kLibrary;
+        // Not a plain instance: the library reads it as it reads every instance.
+        if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
         if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
         const Outcome outcome = CheckIfDue(node, obj, regular);
         if (outcome != Outcome::kNative) return outcome;
         // The checker ran Python code: read the instance as it is now.
-        if (!InstanceDict(obj, &dict)) return Outcome::kError;
-        regular = Regular(node, dict.get());
+        if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
+        regular = Regular(node, inst);
+        if (regular < 0) return Outcome::kError;
+        if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
         if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
     }
     // Every value is read before anything is visited, as the library's flatten reads them all
@@ -178,7 +245,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
     for (Py_ssize_t i = 0; i < nd; ++i) {
         out->children.push_back(nullptr);  // the slot first: a push that throws leaks nothing
         PyObject* name = PyTuple_GET_ITEM(node->data_fields, i);
-        PyObject* v = Stored(node, obj, dict.get(), i, name);
+        PyObject* v = Stored(node, inst, i, name);
         if (v == nullptr && !PyErr_Occurred()) {
             // As many names as fields, but not the fields: the library's instance.
             if (check && node->delegate_irregular) return Outcome::kLibraryOnce;
@@ -188,7 +255,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         out->children[static_cast<size_t>(i)] = v;
     }
     if (want_aux) {
-        out->aux = Ref(Aux(node, obj, dict.get(), regular));
+        out->aux = Ref(Aux(node, inst, regular != 0));
         if (!out->aux) return Outcome::kError;
     }
     return Outcome::kNative;
@@ -459,17 +526,29 @@ PyObject* NameTuple(PyObject* names, const char* what) {
 }
 
 // The slot offset of each data and meta field that the class keeps in a writable object slot
-// (__slots__); 0 for the others. Null (no error) when none is a slot.
+// (__slots__) of its own or of a base; 0 for the others. A member descriptor found on the class
+// that belongs to no class in its MRO (one copied from an unrelated class) is no slot of these
+// instances: Python's getattr rejects it with a TypeError, and so does the read
+// (kReadByGetAttr), rather than reading the instance at a foreign offset. `slots` stays null
+// (no error) when no field needs either.
 bool FindSlots(AttrNode* node) {
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(node->cls);
     const Py_ssize_t nd = NumData(node), n = nd + NumMeta(node);
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* name = i < nd ? PyTuple_GET_ITEM(node->data_fields, i)
                                 : PyTuple_GET_ITEM(node->meta_fields, i - nd);
         // Borrowed, used before anything else runs; _PyType_Lookup runs no Python code.
-        PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(node->cls), name);
+        PyObject* descr = _PyType_Lookup(cls, name);
         if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) continue;
-        PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr)->d_member;
-        if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) continue;
+        PyMemberDescrObject* member_descr = reinterpret_cast<PyMemberDescrObject*>(descr);
+        Py_ssize_t offset;
+        if (!PyType_IsSubtype(cls, PyDescr_TYPE(member_descr))) {
+            offset = kReadByGetAttr;
+        } else {
+            PyMemberDef* member = member_descr->d_member;
+            if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) continue;
+            offset = member->offset;
+        }
         if (node->slots == nullptr) {
             node->slots = static_cast<Py_ssize_t*>(PyMem_Calloc(static_cast<size_t>(n),
                                                                 sizeof(Py_ssize_t)));
@@ -478,7 +557,7 @@ bool FindSlots(AttrNode* node) {
                 return false;
             }
         }
-        node->slots[i] = member->offset;
+        node->slots[i] = offset;
     }
     return true;
 }
@@ -551,6 +630,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_flatten);
     Py_VISIT(n->library_flatten_with_keys);
     Py_VISIT(n->library_unflatten);
+    Py_VISIT(n->trusted_getattribute);
     return 0;
 }
 
@@ -581,6 +661,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->missing);
     Py_CLEAR(n->keys);
     Py_CLEAR(n->regular_aux);
+    Py_CLEAR(n->trusted_getattribute);
     PyMem_Free(n->slots);
     n->slots = nullptr;
     PyMem_Free(n->rebuild_order);
@@ -590,15 +671,16 @@ void Dealloc(PyObject* self) {
 }
 
 PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-    static const char* kwlist[] = {"cls",          "data_fields",   "meta_fields",
-                                   "missing",      "extra_fields",  "names_as_aux",
-                                   "rebuild_order", "post_init",    nullptr};
+    static const char* kwlist[] = {"cls",           "data_fields",  "meta_fields",
+                                   "missing",       "extra_fields", "names_as_aux",
+                                   "rebuild_order", "post_init",    "trusted_getattribute",
+                                   nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
-                          *order = Py_None;
+                          *order = Py_None, *trusted = Py_None;
     int names_as_aux = 0, post_init = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOp", const_cast<char**>(kwlist), &cls,
-                                     &data, &meta, &missing, &extra, &names_as_aux, &order,
-                                     &post_init)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpO", const_cast<char**>(kwlist),
+                                     &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
+                                     &post_init, &trusted)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -614,6 +696,7 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     AttrNode* n = Self(self.get());
     n->cls = Py_NewRef(cls);
     n->missing = Py_XNewRef(missing);
+    n->trusted_getattribute = OptionalRef(trusted).release();
     n->data_fields = NameTuple(data, "data_fields");
     if (n->data_fields == nullptr) return nullptr;
     n->meta_fields = meta ? NameTuple(meta, "meta_fields") : PyTuple_New(0);
@@ -764,13 +847,20 @@ PyTypeObject* CreateType() {
         {Py_tp_repr, reinterpret_cast<void*>(Repr)},
         {Py_tp_doc,
          const_cast<char*>(
-             "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None)\n"
+             "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None, "
+             "names_as_aux=False, rebuild_order=None, post_init=False, "
+             "trusted_getattribute=None)\n"
              "--\n\nThe layout of an attribute node (see "
              "fastree.tree_util.register_attribute_node).")},
         {0, nullptr},
     };
     static PyType_Spec spec = {"fastree._core.AttrNode", sizeof(AttrNode), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
+    if (g_getattribute_name == nullptr) {
+        g_getattribute_name = PyUnicode_InternFromString("__getattribute__");
+        g_getattr_name = PyUnicode_InternFromString("__getattr__");
+        if (g_getattribute_name == nullptr || g_getattr_name == nullptr) return nullptr;
+    }
     g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
     return g_type;
 }

@@ -40,6 +40,10 @@
 namespace fastree {
 namespace attr {
 
+// A `slots` entry: the field is read through getattr (a slot descriptor that belongs to
+// another class: FindSlots).
+constexpr Py_ssize_t kReadByGetAttr = -1;
+
 struct AttrNode {
     PyObject_HEAD
     // The layout (immutable once made). All owned; all visited by the GC.
@@ -57,6 +61,7 @@ struct AttrNode {
                              // per flatten was most of a treedef's cost, and fed the cyclic GC)
     uint64_t aux_stamp;      // aux::CheckStamped's record for last_aux / regular_aux
     Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
+                             // from __dict__, kReadByGetAttr if through getattr (FindSlots)
                              // from __dict__ (PyMem; null when no field is a slot)
     Py_ssize_t* rebuild_order;  // data field indices in the order a rebuild sets them (PyMem;
                                 // null: in order)
@@ -71,6 +76,8 @@ struct AttrNode {
     int checks_left;            // instances still to check
     int irregular_checks_left;  // of those whose __dict__ holds other than the fields
     bool use_library;           // a check failed: the library's functions answer
+    PyObject* trusted_getattribute;  // or null: a class-level __getattribute__ (the library's
+                                     // own) under which an instance still reads natively
     PyObject* weakrefs;
 };
 

@@ -57,9 +57,10 @@ Walk Visit(PyObject* value, int depth, bool* frozen) {
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
     if (mutable_container) *frozen = false;
     if (mutable_container && S().strict) return Walk::kReport;  // unhashable: strict rejects it
-    // The classifier runs user code (an `==` on an example value), which may mutate or free
-    // what we are walking: hold a reference to every item while it is visited, and re-read
-    // a list's size each step.
+    // The classifier is Python code (fastree's own, judging by type: no user code), and any
+    // allocation may run the GC and its finalizers, which may mutate or free what we are
+    // walking: hold a reference to every item while it is visited, and re-read a list's size
+    // each step.
     if (t == &PyTuple_Type || t == &PyList_Type) {
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
             Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(value, i));

@@ -3,8 +3,10 @@
 // The common case must cost almost nothing: aux made of None/bool/int/float/complex/str/bytes/
 // classes, in tuples/frozensets (and lists/dicts/sets outside strict mode), is accepted by a
 // C walk with no Python call. Any other value type is shown once to the Python classifier
-// (fastree._aux) and remembered; only aux holding a type it rejects (arrays, tracers, values
-// whose == is not a bool) reaches the Python reporter, which warns or, in strict mode, raises.
+// (fastree.diagnostics.aux, which judges by the type alone and calls no user code) and
+// remembered; only aux holding a type it rejects (arrays, tracers, ...) reaches the Python
+// reporter, which warns or, in strict mode, raises. With no reporter set (fastree.config
+// aux_checks "off", the default while fastree is installed into JAX) nothing is checked.
 #pragma once
 
 #include <Python.h>

@@ -120,6 +120,10 @@ class AttrNode:
         *,
         missing: Any = ...,
         extra_fields: Iterable[str] | None = None,
+        names_as_aux: bool = False,
+        rebuild_order: Iterable[str] | None = None,
+        post_init: bool = False,
+        trusted_getattribute: Any = None,
     ) -> AttrNode: ...
     @property
     def cls(self) -> type: ...

@@ -24,6 +24,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from . import _config
 from . import tree as _fastree_tree
 from . import tree_util as _fastree_tree_util
 from .jax_interop import compat as _jax_compat
@@ -100,6 +101,8 @@ def _apply() -> None:
     for module, name, _, replacement in saved.values():
         setattr(module, name, replacement)
     _saved = saved
+    # Routed calls must behave as JAX's: the aux_data checks go quiet unless the user asked.
+    _config.set_routed(True)
 
 
 def _remove() -> None:
@@ -111,6 +114,7 @@ def _remove() -> None:
         if getattr(module, name) is replacement:
             setattr(module, name, previous)
     _saved = None
+    _config.set_routed(False)
 
 
 def install() -> None:

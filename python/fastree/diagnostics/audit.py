@@ -204,7 +204,7 @@ def _aux_problems(aux: Any) -> list[str]:
             continue
         if isinstance(value, (type(None), bool, int, complex, str, bytes, type)):
             continue
-        kind = _aux._problem_of_type(tp, value)
+        kind = _aux._problem_of_type(tp, value, probe=True)
         if kind is not None and kind != "unhashable":
             add(f"{kind}: {_aux._type_name(tp)}: {_aux._ADVICE[kind][0]}")
         elif _uses_identity_eq(value):

@@ -5,7 +5,14 @@ each time two treedefs are compared (``ValueError: truth value of an array is am
 baked into compiled code as a constant; a tracer there leaks out of its trace; an object whose
 ``==`` does not return a bool makes treedef comparison fail. fastree checks every aux_data it
 puts into a treedef (``tree_flatten``, ``tree_structure``, ``tree_map``, ... but not
-``tree_leaves``, which builds no treedef) and warns, or raises in strict mode.
+``tree_leaves``, which builds no treedef) and warns, or raises in strict mode, as
+``fastree.config.aux_checks`` says (``_config.py``: by default it warns for fastree's own API
+and checks nothing while fastree is installed into JAX).
+
+The verdict on a value type comes from the type alone (:func:`_problem_of_type`): the checks
+run inside the walk, where JAX runs nothing but the tree's own functions, so they call no user
+code (no ``==``, no ``hash``, no attribute hook) that could change the walk. Only
+``fastree.audit``, which the user calls, probes ``==``.
 
 Split of the work (the contract is in ``csrc/aux_check.h``):
 
@@ -96,31 +103,55 @@ def _type_name(tp: type) -> str:
 _verdicts: dict[type, str | None] = {}  # type -> problem kind, or None for plain static data
 
 
-def _problem_of_type(tp: type, example: Any) -> str | None:
-    """The problem kind of values of type ``tp`` (judged on one ``example``), or None."""
+_ABSENT = object()
+
+
+def _type_lookup(tp: type, name: str) -> Any:
+    """``name`` as the class ``tp`` defines it (itself or the first base that does), read from
+    the class dicts: unlike ``getattr``, no metaclass ``__getattr__`` or descriptor runs."""
+    for base in type.__dict__["__mro__"].__get__(tp):
+        namespace = type.__dict__["__dict__"].__get__(base)
+        if name in namespace:
+            return namespace[name]
+    return _ABSENT
+
+
+def _type_defines(tp: type, name: str) -> bool:
+    return _type_lookup(tp, name) is not _ABSENT
+
+
+def _problem_of_type(tp: type, example: Any, probe: bool = False) -> str | None:
+    """The problem kind of values of type ``tp``, or None.
+
+    The flatten-time checks judge by the type alone: they run while JAX would run nothing but
+    the tree's own flatten functions, so no user code (an ``__eq__``, a ``__hash__``, an
+    attribute hook) may run there, or a side effect of it could change the walk. ``probe=True``
+    (the audit, which the user calls) also calls ``example == example`` to find an ``==`` that
+    does not return a bool.
+    """
     if issubclass(tp, _jax_compat.Tracer):
         return "tracer"
     if issubclass(tp, np.generic):  # numpy scalars hash and compare like Python numbers
         return None
-    if issubclass(tp, np.ndarray) or isinstance(example, _jax_compat.Array):
+    if issubclass(tp, (np.ndarray, _jax_compat.Array)):
         return "array"
-    if hasattr(tp, "__array__") or hasattr(tp, "__jax_array__"):  # array-likes (torch, ...)
+    if _type_defines(tp, "__array__") or _type_defines(tp, "__jax_array__"):  # torch, ...
         return "array"
     if issubclass(tp, _jtu.Partial):
         return "partial"
     if issubclass(tp, (enum.Enum, types.FunctionType, types.BuiltinFunctionType)):
         return None
-    try:
-        equal = example == example
-    except Exception:
-        return "eq"
-    if type(equal) not in (bool, np.bool_):
-        return "eq"
-    if _core.strict_aux():
+    if probe:
         try:
-            hash(example)
-        except TypeError:
-            return "unhashable"
+            equal = example == example
+        except Exception:
+            return "eq"
+        if type(equal) not in (bool, np.bool_):
+            return "eq"
+    # A class that defines __eq__ without __hash__ gets __hash__ = None: unhashable, read from
+    # the type without calling anything.
+    if _core.strict_aux() and _type_lookup(tp, "__hash__") is None:
+        return "unhashable"
     return None
 
 

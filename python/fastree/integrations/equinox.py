@@ -55,6 +55,14 @@ def _is_equinox_registration(cls: type, flatten_with_keys: Any, unflatten: Any,
     )
 
 
+def _module_getattribute(cls: type) -> Any:
+    """equinox.Module's own ``__getattribute__`` (None where the release defines none)."""
+    for base in cls.__mro__:
+        if base.__module__ == "equinox._module._module" and base.__qualname__ == "Module":
+            return vars(base).get("__getattribute__")
+    return None
+
+
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
                 flatten: Any) -> Any | None:
     """The checked :class:`~fastree._core.AttrNode` for an equinox registration, or None.
@@ -86,7 +94,16 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
         return None  # a field named like a wrapper attribute (`__name__`): equinox's own rules
     dynamic = tuple(f.name for f in fields if not f.metadata.get("static", False))
     static = tuple(f.name for f in fields if f.metadata.get("static", False))
-    node = _core.AttrNode(cls, dynamic, static, missing=missing, extra_fields=wrapper_fields)
+    # equinox.Module's own __getattribute__ (wrapping bound methods) leaves __dict__ and the
+    # fields as object's lookup gives them: instances under it still read natively.
+    node = _core.AttrNode(
+        cls,
+        dynamic,
+        static,
+        missing=missing,
+        extra_fields=wrapper_fields,
+        trusted_getattribute=_module_getattribute(cls),
+    )
     _checked.attach(node, flatten, flatten_with_keys, unflatten)
     return node
 
