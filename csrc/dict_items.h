@@ -73,6 +73,22 @@ inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
     return true;
 }
 
+// Replaces `item`'s value by the dict's value for its key now; a key no longer there is JAX's
+// KeyError. The lookup can run Python code (a key's __eq__): the key is held across it and the
+// new value owned before the old one is released.
+inline bool ReadValueAgain(PyObject* dict, Item& item) {
+    Ref key = Ref::FromBorrowed(item.key);
+    PyObject* found = PyDict_GetItemWithError(dict, key.get());  // borrowed: taken at once
+    if (found == nullptr) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.get());
+        return false;
+    }
+    Ref value = Ref::FromBorrowed(found);
+    Ref old(item.value);  // released at the end, after the swap
+    item.value = value.release();
+    return true;
+}
+
 // Keys without a total order in C (SortTotalOrderKeys declined them), owned by `items`.
 // `wrap_error`: a dict's keys are sorted as jaxlib sorts them (see key_sort.h), and a comparison
 // that raises becomes JAX's C++ ValueError; a defaultdict is sorted as JAX's Python flatten
@@ -91,28 +107,16 @@ inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error) {
                          "Comparator raised exception while sorting pytree dictionary keys.");
         return false;
     }
-    // The lookups run Python code (__hash__, __eq__) and releasing an old value can run a
-    // finalizer: each item's key is held across its step, the value looked up is owned before
-    // the old one is released, and `items` is indexed afresh per step (it is ours alone).
+    // Each lookup runs Python code (__hash__, __eq__): `items` is indexed afresh per step (it is
+    // ours alone).
     for (size_t i = 0; i < items.size(); ++i) {
-        Ref key = Ref::FromBorrowed(items[i].key);
-        PyObject* found = PyDict_GetItemWithError(dict, key.get());  // borrowed: taken at once
-        if (found == nullptr) {
-            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.get());
-            return false;
-        }
-        Ref value = Ref::FromBorrowed(found);
-        Ref old(items[i].value);  // released at the end of the step, after the swap
-        items[i].value = value.release();
+        if (!ReadValueAgain(dict, items[i])) return false;
     }
     return true;
 }
 
-// `wrap_error`: see SortItemsByPython. `want_keys`: false leaves the keys out (null) where that saves
-// taking references to them (flatten without a treedef or key paths never reads a key again).
-// On failure `items` is left empty.
-inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
-                            bool want_keys = true) {
+// `wrap_error`: see SortItemsByPython. On failure `items` is left empty.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true) {
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
@@ -151,11 +155,7 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
     }
     if (sorted) {
         for (Item& item : items) {
-            if (want_keys) {
-                Py_INCREF(item.key);
-            } else {
-                item.key = nullptr;
-            }
+            Py_INCREF(item.key);
             Py_INCREF(item.value);
         }
         return true;

@@ -23,6 +23,7 @@
 #include <iterator>
 #include <vector>
 
+#include "module_state.h"
 #include "pyutils.h"
 #include "scratch.h"
 
@@ -298,6 +299,7 @@ class PyLess {
  public:
     bool operator()(PyObject* a, PyObject* b) {
         if (failed_) return false;
+        NoteUserCode();
         int r = PyObject_RichCompareBool(a, b, Py_LT);
         if (r < 0) {
             failed_ = true;

@@ -60,11 +60,23 @@ inline bool ReserveDictKeys(const fastree::Items& items) {
 // the visits (it is the caller's frame's), so its storage is read once. The pairs are handled
 // raw, per item of every dict: `items` owns them, each is nulled as it is handed on or released,
 // and on failure ReleaseItems drops the rest.
+//
+// `dict`: the dict the items were gathered from, or null. jaxlib reads a dict's value when it
+// reaches its key (red-team round 4, repro_24): once code JAX also runs mid-walk has run since
+// the gathering (UserCodeEpoch: an is_leaf or custom flatten that pops or replaces a later
+// key), each later value is looked up again, a key gone raising JAX's KeyError. Until then
+// the gathered values are the dict's. Registered mappings (defaultdict, OrderedDict) pass
+// null: JAX flattens those in Python, reading every value before it recurses.
 template <class Walk>
-bool Values(Walk& w, fastree::Items& items) {
+bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr) {
     Item* const data = items.begin();
     const size_t n = items.size();
+    const uint64_t epoch = UserCodeEpoch();
     for (size_t i = 0; i < n; ++i) {
+        if (dict != nullptr && UserCodeEpoch() != epoch && !ReadValueAgain(dict, data[i])) {
+            ReleaseItems(items, i);
+            return false;
+        }
         if (i + 1 < n) PrefetchDictEntries(data[i + 1].value);
         PyObject* key = nullptr;
         if constexpr (Walk::kPaths) key = keys::Dict(data[i].key);
@@ -161,6 +173,7 @@ bool ViaCallback(Walk& w, PyObject* obj, const Registration* reg, PyObject* fn, 
     // Held for the call: JAX's functions are module globals that re-installing the bridge
     // (Python code, which the call itself can run) would release.
     Ref held_fn(Py_NewRef(fn));
+    NoteUserCode();
     Ref result(PyObject_CallOneArg(held_fn.get(), obj));
     if (!result) return false;
     PyObject* children;  // both borrowed from `result`, which is immutable (a tuple)
@@ -308,10 +321,7 @@ template <class Walk>
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     fastree::Items items;
-    if (!GatherDictItems(obj, items, /*wrap_error=*/true,
-                         /*want_keys=*/Walk::kDef || Walk::kPaths)) {
-        return false;
-    }
+    if (!GatherDictItems(obj, items)) return false;
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     if constexpr (Walk::kPaths) {
         if (!read::ReserveDictKeys(items)) return false;
@@ -319,7 +329,7 @@ template <class Walk>
     // This dict's key slots come first: its children's keys are appended after them.
     Py_ssize_t keys_begin = 0;
     if constexpr (Walk::kDef) keys_begin = w.TakeDictKeys(items);
-    if (!read::Values(w, items)) return false;
+    if (!read::Values(w, items, obj)) return false;
     if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
     return true;
 }

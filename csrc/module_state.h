@@ -136,6 +136,11 @@ struct ModuleState {
     AuxState aux;
     TreeDefState treedef;
     JaxTexts texts;
+    // Bumped before each call into code that JAX's own flatten also runs mid-walk (is_leaf, a
+    // custom node's flatten, a Python key comparison): a dict's gathered values are read again
+    // from the dict once it may have changed (read::Values; jaxlib looks each value up when it
+    // reaches its key). Calls JAX makes only after flattening (tree_map's f) leave it alone.
+    uint64_t user_code_epoch = 0;
 
     // Visits every reference the state owns, permanent ones included. Runs no Python code.
     int Traverse(visitproc visit, void* arg) const;
@@ -155,6 +160,10 @@ union ModuleStateStorage {
 extern ModuleStateStorage g_module_state_storage;
 
 inline ModuleState& ModState() { return g_module_state_storage.state; }
+
+// See ModuleState::user_code_epoch.
+inline void NoteUserCode() { ++ModState().user_code_epoch; }
+inline uint64_t UserCodeEpoch() { return ModState().user_code_epoch; }
 
 // The GC-tracked object through which the collector sees the state (fastree._core._module_state).
 // ImportError outside the main interpreter, or when the module is initialised a second time.

@@ -129,24 +129,20 @@ class Flattener {
         return true;
     }
 
-    // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. With
-    // key paths the items keep their keys (Values makes each one's key entry); otherwise each
-    // key's reference moves over.
+    // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. The
+    // items keep their keys too: Values makes each one's key entry, or reads its value again.
     Py_ssize_t TakeDictKeys(Items& items) {
         const Py_ssize_t keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
         for (size_t i = 0; i < items.size(); ++i) {
             def_->keys.push_back(items[i].key);
-            if constexpr (kPaths) {
-                Py_INCREF(items[i].key);
-            } else {
-                items[i].key = nullptr;
-            }
+            Py_INCREF(items[i].key);
         }
         return keys_begin;
     }
 
  private:
     [[gnu::noinline]] int CallIsLeaf(PyObject* obj) {
+        NoteUserCode();
         Ref r;
         if (is_leaf_takes_path_) {
             Ref path(PathTuple());

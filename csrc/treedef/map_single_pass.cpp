@@ -22,7 +22,9 @@
 //    (as flatten reads them: ListKind::Read), so an f that replaces parts of the input it has not
 //    reached yet is seen doing so (JAX would have read them before); an f that empties a list
 //    the walk is in is not (its remaining items come from the copy taken on entry, as JAX's
-//    flatten-first order has them; see MapSequence). Never unsafe: every
+//    flatten-first order has them; see MapSequence). A dict's later values are looked up again
+//    once a flatten callback has run inside it (read::Values, as jaxlib reads them), so an f
+//    that changed that dict before is seen then too. Never unsafe: every
 //    child is held by a reference while it is mapped.
 //  - f and rebuild functions (unflatten functions, namedtuple constructors) run inside the walk,
 //    where JAX runs them from the top. Up to Python 3.11 their frames count against the same
@@ -259,7 +261,7 @@ class SinglePassMapper {
         const Py_ssize_t begin = static_cast<Py_ssize_t>(keys_.size());
         for (size_t i = 0; i < items.size(); ++i) {
             keys_.push_back(items[i].key);  // may throw: the item still owns the key then
-            items[i].key = nullptr;
+            Py_INCREF(items[i].key);        // the item keeps it too (read::Values)
         }
         return begin;
     }
