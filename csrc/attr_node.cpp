@@ -199,6 +199,26 @@ bool SwitchToLibrary(AttrNode* node) {
     return registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
 }
 
+// Whether a check is still due for some instance.
+bool CheckDue(const AttrNode* node) {
+    return node->checker != nullptr && (node->checks_left > 0 || node->irregular_checks_left > 0);
+}
+
+// Whether every field kept in __dict__ is there (1), not (0), or an error (-1). A plain
+// instance only (its __dict__ an exact dict).
+int FieldsPresent(const AttrNode* node, const Instance& inst) {
+    const Py_ssize_t n = NumData(node) + NumMeta(node);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (node->slots != nullptr && node->slots[i] != 0) continue;
+        if (!inst.dict || inst.general) return 0;
+        PyObject* name = i < NumData(node) ? PyTuple_GET_ITEM(node->data_fields, i)
+                                           : PyTuple_GET_ITEM(node->meta_fields, i - NumData(node));
+        const int has = PyDict_Contains(inst.dict.get(), name);
+        if (has <= 0) return has;
+    }
+    return 1;
+}
+
 // Runs the checker if one is due for this instance (the node is not delegating: the caller
 // asked). kNative to go on reading.
 Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
@@ -230,6 +250,14 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         // Not a plain instance: the library reads it as it reads every instance.
         if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
         if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
+        // As many names as fields but not the fields (a field left out by __init__, another
+        // name added): irregular too. Asked only before a check, which would otherwise judge
+        // the class on an instance the library answers for; later reads find the field absent.
+        if (node->delegate_irregular && CheckDue(node)) {
+            const int present = FieldsPresent(node, inst);
+            if (present < 0) return Outcome::kError;
+            if (!present) return Outcome::kLibraryOnce;
+        }
         const Outcome outcome = CheckIfDue(node, obj, regular);
         if (outcome != Outcome::kNative) return outcome;
         // The checker ran Python code: read the instance as it is now.

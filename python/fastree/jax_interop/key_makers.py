@@ -9,8 +9,12 @@ jaxlib 0.6.2 and 0.10.2, under ``RLIMIT_AS``). No jaxlib route is safe, so none 
 maker first asks the operating system for enough address space to cover what making the entries
 can allocate (the instances, and nanobind's table of live instances doubling), gives it straight
 back, and only then calls the classes. When the ask fails, the maker raises ``MemoryError``
-before any jaxlib code runs. The ask reserves address space and touches no page, so it costs two
-system calls per block (blocks are cached by the core and made rarely).
+before any jaxlib code runs. The ask reserves address space and touches no page, but it costs
+about 18 us (two system calls on a 64 MiB mapping); one ask covers the next ``_CREDIT``
+entries too, so that making many single entries (an attribute node with thousands of new field
+names, a key-path walk over fresh dict keys) costs one ask per ``_CREDIT`` entries, not one
+each. Within a credit the ask's margin (64 MiB, checked at the ask) is what covers the
+entries; they allocate well under 1 MiB.
 
 >>> from fastree.jax_interop import key_makers
 >>> key_makers.sequence_block(3)
@@ -32,6 +36,9 @@ from .compat import tree_util as _jtu
 # table (generously: an instance is ~48 bytes, a table slot 16-32, and the table doubles).
 _HEADROOM_BASE = 64 << 20
 _HEADROOM_PER_ENTRY = 256
+# Entries one ask covers beyond its own (see the module docstring), and what is left of it.
+_CREDIT = 1024
+_credit_left = 0
 
 
 def ensure_headroom(n: int) -> None:
@@ -39,7 +46,12 @@ def ensure_headroom(n: int) -> None:
 
     >>> ensure_headroom(1000)
     """
-    size = _HEADROOM_BASE + _HEADROOM_PER_ENTRY * n
+    global _credit_left
+    if n <= _credit_left:
+        _credit_left -= n
+        return
+    _credit_left = 0  # spent, whatever the ask below finds
+    size = _HEADROOM_BASE + _HEADROOM_PER_ENTRY * (n + _CREDIT)
     try:
         # An anonymous private mapping counts against the address-space limit as malloc's
         # would, and is returned at once without a page being touched.
@@ -47,6 +59,7 @@ def ensure_headroom(n: int) -> None:
     except (OSError, OverflowError, ValueError):
         raise MemoryError(f"fastree: not enough memory to make {n} key-path entries") from None
     probe.close()
+    _credit_left = _CREDIT
 
 
 def sequence_block(n: int) -> list[Any]:
