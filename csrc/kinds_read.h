@@ -93,6 +93,27 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr) {
     return true;
 }
 
+// Whether a dict still has the `n` keys it had when the walk reached it; a RuntimeError if not.
+// jaxlib records a dict's size after walking its values, so a callback that added keys to it
+// meanwhile leaves a treedef whose arity exceeds its children (tree_structure and unflatten
+// then raise RuntimeError "Too few elements ..."); fastree raises when it happens, naming why,
+// rather than build that treedef. Only walks that build a treedef or an output ask.
+[[gnu::cold, gnu::noinline]] inline bool DictSizeChanged(Py_ssize_t was, Py_ssize_t now) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "a dict in the pytree changed size while it was being flattened (%zd keys when "
+                 "the walk reached it, %zd now): a callback (is_leaf, a custom node's flatten "
+                 "function) must not add or remove keys of a dict being walked",
+                 was, now);
+    return false;
+}
+// `epoch`: UserCodeEpoch() when the dict was reached; no such callback since, no check (a
+// single-pass tree_map's f may change the dict: JAX runs f after flattening, unseen).
+inline bool DictSizeKept(PyObject* dict, size_t n, uint64_t epoch) {
+    if (UserCodeEpoch() == epoch) return true;
+    const Py_ssize_t now = PyDict_GET_SIZE(dict);
+    return now == static_cast<Py_ssize_t>(n) || DictSizeChanged(static_cast<Py_ssize_t>(n), now);
+}
+
 // A registered mapping (defaultdict, OrderedDict): its (key, value) items as `gather` collects
 // them, in that order; its node data as `node_data_of(obj, items)` makes it (a new reference, or
 // null with an error set), only where a treedef is built.
@@ -329,8 +350,12 @@ template <class Walk>
     // This dict's key slots come first: its children's keys are appended after them.
     Py_ssize_t keys_begin = 0;
     if constexpr (Walk::kDef) keys_begin = w.TakeDictKeys(items);
+    const uint64_t epoch = UserCodeEpoch();
     if (!read::Values(w, items, obj)) return false;
-    if constexpr (Walk::kDef) return w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
+    if constexpr (Walk::kDef) {
+        if (!read::DictSizeKept(obj, static_cast<size_t>(n), epoch)) return false;
+        return w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);
+    }
     return true;
 }
 

@@ -184,9 +184,26 @@ class SinglePassMapper {
         Items items;  // owned (key, value) pairs, in sorted-key order
         if (!GatherDictItems(obj, items)) return nullptr;
         const size_t n = items.size();
-        if (!MapEach(n, [&](size_t i) -> PyObject*& { return items[i].value; }) || failed()) {
+        // Each value as jaxlib reads it: looked up again once a flatten callback has run inside
+        // this dict (read::Values says why); f's own calls do not count (JAX runs it later).
+        const uint64_t epoch = UserCodeEpoch();
+        for (size_t i = 0; i < n; ++i) {
+            if (UserCodeEpoch() != epoch && !ReadValueAgain(obj, items[i])) {
+                ReleaseItems(items, 0);
+                return nullptr;
+            }
+            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
+            if (i + 1 < n) PrefetchDictEntries(items[i + 1].value);
+            PyObject* mapped = Visit(items[i].value);
+            if (mapped == nullptr) {
+                ReleaseItems(items, 0);
+                return nullptr;
+            }
+            Py_SETREF(items[i].value, mapped);
+        }
+        if (!kinds::read::DictSizeKept(obj, n, epoch) || failed()) {
             ReleaseItems(items, 0);
-            return Stopped();
+            return failed() && !PyErr_Occurred() ? Stopped() : nullptr;
         }
         // Insertion in sorted-key order, as JAX's unflatten does. `out` is raw, released by hand
         // on the one failing path: this runs for every dict of the tree, and a Ref live across
@@ -295,20 +312,6 @@ class SinglePassMapper {
             Ref key(keys_.back());
             keys_.pop_back();
         }
-    }
-
-    // Replaces the owned reference slot(i), for i < n, by its mapped value. On a flatten error
-    // returns false; every slot then still holds one owned reference (the old or the new value).
-    template <class Slot>
-    bool MapEach(size_t n, Slot&& slot) {
-        for (size_t i = 0; i < n; ++i) {
-            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
-            if (i + 1 < n) PrefetchDictEntries(slot(i + 1));
-            PyObject* mapped = Visit(slot(i));
-            if (mapped == nullptr) return false;
-            Py_SETREF(slot(i), mapped);
-        }
-        return true;
     }
 
     // Identity-preserving nodes: mapped once; every later occurrence gets that same output.

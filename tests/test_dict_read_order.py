@@ -1,0 +1,132 @@
+"""A dict's values are read when the walk reaches their key, as jaxlib reads them.
+
+jaxlib sorts a snapshot of a dict's keys and looks each value up when it gets to that key, so an
+``is_leaf`` or a custom node's flatten function that pops or replaces a later key is seen: a key
+gone is a ``KeyError``, a replaced value is the new one. fastree gathers the values first (its
+fast path) and looks them up again once such code has run (red-team round 4, finding c). Every
+expected result here is JAX's own (``jax_interop.compat.tree_util``), in plain and installed runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fastree.tree_util as tu
+import pytest
+from fastree.jax_interop.compat import tree_util as jax_tu
+
+WALKERS = {
+    "leaves": lambda lib, t, il: lib.tree_leaves(t, is_leaf=il),
+    "flatten": lambda lib, t, il: lib.tree_flatten(t, is_leaf=il)[0],
+    "structure": lambda lib, t, il: str(lib.tree_structure(t, is_leaf=il)),
+    "with_path": lambda lib, t, il: [
+        (lib.keystr(p), x) for p, x in lib.tree_flatten_with_path(t, is_leaf=il)[0]
+    ],
+    "leaves_with_path": lambda lib, t, il: [
+        (lib.keystr(p), x) for p, x in lib.tree_leaves_with_path(t, is_leaf=il)
+    ],
+    "map": lambda lib, t, il: lib.tree_map(lambda x: ("m", x), t, is_leaf=il),
+    "map_with_path": lambda lib, t, il: lib.tree_map_with_path(
+        lambda p, x: ("m", x), t, is_leaf=il
+    ),
+    "all": lambda lib, t, il: lib.tree_all(t, is_leaf=il),
+    "reduce": lambda lib, t, il: lib.tree_reduce(lambda a, b: (a, b), t, is_leaf=il),
+}
+
+MUTATIONS = {
+    "pop": lambda d: d.pop("c", None),
+    "replace": lambda d: d.__setitem__("c", 40),
+    "replace_with_a_subtree": lambda d: d.__setitem__("c", [41, 42]),
+    "add_a_key": lambda d: d.__setitem__("b", 30),
+    "clear": lambda d: d.clear(),
+}
+
+
+def _outcome(fn: Any) -> Any:
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - the outcome is compared, type and text
+        return ("error", type(e).__name__, str(e))
+
+
+def _run(lib: Any, walker: str, mutation: str, keys: str) -> Any:
+    make_key = {"str": str, "int": lambda k: ord(k)}[keys]
+    d = {make_key("a"): [1, 2], make_key("c"): 4}
+
+    def is_leaf(x: Any) -> bool:
+        if x == 2:
+            MUTATIONS[mutation](d) if keys == "str" else _mutate_int_keyed(d, mutation)
+        return False
+
+    return _outcome(lambda: WALKERS[walker](lib, d, is_leaf))
+
+
+def _mutate_int_keyed(d: dict, mutation: str) -> None:
+    if mutation == "pop":
+        d.pop(ord("c"), None)
+    elif mutation == "replace":
+        d[ord("c")] = 40
+    elif mutation == "replace_with_a_subtree":
+        d[ord("c")] = [41, 42]
+    elif mutation == "add_a_key":
+        d[ord("b")] = 30
+    else:
+        d.clear()
+
+
+# Walks that build a treedef or an output record a dict's size; the others only read values.
+TREEDEF_WALKERS = {"flatten", "structure", "with_path", "map", "map_with_path"}
+
+
+# A dict grown mid-walk under a treedef-building walk: test_a_dict_grown_mid_walk_is_a_runtime_error.
+SAME_AS_JAX = [
+    (walker, mutation)
+    for walker in sorted(WALKERS)
+    for mutation in sorted(MUTATIONS)
+    if not (mutation == "add_a_key" and walker in TREEDEF_WALKERS)
+]
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+@pytest.mark.parametrize(("walker", "mutation"), SAME_AS_JAX)
+def test_is_leaf_changing_a_later_key_is_seen_as_jax_sees_it(walker, mutation, keys):
+    assert _run(tu, walker, mutation, keys) == _run(jax_tu, walker, mutation, keys)
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+@pytest.mark.parametrize("walker", sorted(TREEDEF_WALKERS))
+def test_a_dict_grown_mid_walk_is_a_runtime_error(walker, keys):
+    # jaxlib records the dict's size after its values, so its treedef claims more children than
+    # it has: tree_structure and tree_map raise RuntimeError ("Too few elements ..."), while
+    # tree_flatten hands out that broken treedef. fastree raises the same type at once, saying
+    # why, and never builds the broken treedef.
+    got = _run(tu, walker, "add_a_key", keys)
+    assert got[:2] == ("error", "RuntimeError")
+    assert "changed size while it was being flattened (2 keys when the walk reached it, 3 now)" in got[2]
+    jax = _run(jax_tu, walker, "add_a_key", keys)
+    assert jax[0] == "ok" or jax[1] == "RuntimeError"
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_custom_flatten_changing_a_later_key_is_seen_as_jax_sees_it(mutation):
+    def run(lib):
+        class Meddler:
+            pass
+
+        d: dict = {}
+
+        def flatten(node):
+            MUTATIONS[mutation](d)
+            return (), None
+
+        lib.register_pytree_node(Meddler, flatten, lambda _, __: Meddler())
+        d.update({"a": Meddler(), "c": 4})
+        return _outcome(lambda: lib.tree_leaves(d))
+
+    assert run(tu) == run(jax_tu)
+
+
+def test_a_dict_with_no_callback_is_read_once():
+    # No Python code runs inside: the gathered values are the dict's, nothing is looked up again.
+    d = {"b": [1, 2], "a": (3,)}
+    assert tu.tree_leaves(d) == jax_tu.tree_leaves(d) == [3, 1, 2]
