@@ -1,0 +1,178 @@
+"""``fastree.config.aux_checks``: installed means identical to JAX, and no user code mid-walk.
+
+* ``"auto"`` (the default) warns for fastree's own API and checks nothing while fastree is
+  installed into JAX: a routed ``jax.tree.map`` must not warn where JAX does not, or
+  ``python -W error`` breaks (red-team round 4, section 1).
+* ``"off"`` is the one-line switch for the direct API; ``FASTREE_AUX_CHECKS`` sets the first
+  value; asking for ``"warn"`` or ``"strict"`` brings the checks back while installed.
+* The flatten-time checks judge a value by its type: no ``__eq__`` (nor ``hash``) of the user's
+  runs inside a walk, so side effects cannot change it and a KeyboardInterrupt from one cannot
+  stop it. ``fastree.audit``, which the user calls, still probes ``==``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import fastree
+import fastree.tree_util as tu
+import numpy as np
+import pytest
+
+PROGRAM = textwrap.dedent(
+    """
+    import jax, numpy as np
+    class Box:
+        def __init__(self, meta, x): self.meta, self.x = meta, x
+    jax.tree_util.register_pytree_node(
+        Box, lambda b: ((b.x,), b.meta), lambda meta, xs: Box(meta, xs[0]))
+    out = jax.tree.map(lambda v: v + 1, Box(np.zeros(3), 1.0))
+    print("ran", out.x)
+    """
+)
+
+
+def _run(args, env_extra=None, tmp_path=None):
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-W", "error", *args, str(script)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+
+
+def test_plain_program_runs_under_w_error(tmp_path):
+    r = _run([], tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "ran 2.0"
+
+
+def test_installed_program_runs_under_w_error_as_plainly(tmp_path):
+    r = _run(["-m", "fastree.run"], tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "ran 2.0"
+
+
+def test_installed_program_asking_for_checks_gets_them(tmp_path):
+    r = _run(["-m", "fastree.run"], {"FASTREE_AUX_CHECKS": "warn"}, tmp_path=tmp_path)
+    assert r.returncode != 0
+    assert "AuxDataWarning" in r.stderr
+
+
+class _Meta:
+    def __init__(self, value):
+        self.value = value
+
+
+def _box_type():
+    class Box:
+        def __init__(self, meta):
+            self.meta = meta
+
+    tu.register_pytree_node(Box, lambda b: ((), b.meta), lambda meta, _: Box(meta))
+    return Box
+
+
+@pytest.fixture
+def mode():
+    before = fastree.config.aux_checks
+    yield lambda m: setattr(fastree.config, "aux_checks", m)
+    fastree.config.aux_checks = before
+
+
+def test_auto_warns_on_the_direct_api_and_is_silent_installed(mode):
+    mode("auto")
+    box = _box_type()
+    with fastree.installed(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tu.tree_structure(box(np.zeros(2)))
+    fastree.diagnostics.aux._reset_warnings()
+    if fastree.is_installed():  # this session runs installed: auto is off throughout
+        return
+    with pytest.warns(fastree.AuxDataWarning, match="holds a numpy.ndarray"):
+        tu.tree_structure(box(np.zeros(2)))
+
+
+def test_off_is_a_one_line_switch(mode):
+    mode("off")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tu.tree_structure(_box_type()(np.zeros(2)))
+    assert fastree.config.strict_aux is False
+
+
+def test_warn_and_strict_apply_while_installed(mode):
+    fastree.diagnostics.aux._reset_warnings()
+    with fastree.installed():
+        mode("warn")
+        with pytest.warns(fastree.AuxDataWarning):
+            tu.tree_structure(_box_type()(np.zeros(2)))
+        mode("strict")
+        with pytest.raises(TypeError, match="aux_data of the"):
+            tu.tree_structure(_box_type()([1]))
+
+
+def test_an_unknown_mode_is_a_clear_error(mode):
+    with pytest.raises(ValueError, match="aux_checks must be one of 'auto', 'off'"):
+        mode("loud")
+
+
+def test_strict_aux_block_restores_the_mode(mode):
+    mode("off")
+    with fastree.strict_aux():
+        assert fastree.config.aux_checks == "strict"
+    assert fastree.config.aux_checks == "off"
+
+
+class _CountingEq:
+    calls = 0
+
+    def __eq__(self, other):
+        type(self).calls += 1
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _InterruptingEq:
+    def __eq__(self, other):
+        raise KeyboardInterrupt
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("checks", ["warn", "strict"])
+def test_no_user_eq_runs_during_a_walk(mode, checks):
+    mode(checks)
+    box = _box_type()
+    _CountingEq.calls = 0
+    tree = [box(_CountingEq()), box((_CountingEq(), 1))]
+    tu.tree_map(lambda x: x, tree)
+    tu.tree_flatten(tree)
+    tu.tree_structure(tree)
+    assert _CountingEq.calls == 0
+
+
+def test_an_interrupting_eq_in_aux_data_does_not_stop_a_walk(mode):
+    mode("warn")
+    box = _box_type()
+    leaves, treedef = tu.tree_flatten({"a": box(_InterruptingEq()), "b": 1})
+    assert leaves == [1]
+
+
+def test_the_audit_still_probes_eq():
+    class NotBool:
+        def __eq__(self, other):
+            return np.array([True, False])
+
+        __hash__ = object.__hash__
+
+    box = _box_type()
+    report = fastree.audit({"b": box(NotBool())})
+    assert any("eq" in problem for entry in report.entries for problem in entry.problems)
