@@ -19,6 +19,23 @@ def pytest_report_header(config):
 
 
 @pytest.fixture(autouse=True)
+def _aux_checks_as_the_module_asks(request):
+    """A module that tests the aux_data checks says so with ``AUX_CHECKS = "warn"``: they run
+    in plain and installed sessions alike (installed, "auto" turns them off, as JAX has none).
+    Every other test runs with the session's own setting."""
+    wanted = getattr(request.module, "AUX_CHECKS", None)
+    if wanted is None:
+        yield
+        return
+    before = fastree.config.aux_checks
+    fastree.config.aux_checks = wanted
+    try:
+        yield
+    finally:
+        fastree.config.aux_checks = before
+
+
+@pytest.fixture(autouse=True)
 def _restore_session_install_state():
     yield
     if fastree.is_installed() != SESSION_INSTALLED:

@@ -23,6 +23,9 @@ import pytest
 from fastree import _core
 from fastree.diagnostics import aux as _aux
 
+# The aux_data checks are under test here: on in installed runs too (conftest.py).
+AUX_CHECKS = "warn"
+
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
 

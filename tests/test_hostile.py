@@ -30,6 +30,9 @@ import jax.tree_util as jtu
 import pytest
 from helpers import capture, rlimit_sweep_source, run_script_results, used_recursion_depth
 
+# The aux_data checks are under test here: on in installed runs too (conftest.py).
+AUX_CHECKS = "warn"
+
 JAX_0_7 = hasattr(jtu.PyTreeDef, "from_node_data_and_children")
 
 

@@ -30,6 +30,9 @@ from helpers import (
     used_recursion_depth,
 )
 
+# The aux_data checks are under test here: on in installed runs too (conftest.py).
+AUX_CHECKS = "warn"
+
 
 class Boom(Exception):
     pass

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -37,6 +38,9 @@ import pytest
 from fastree import _core, _statetree, _walk
 from fastree.diagnostics import aux as _aux
 from helpers import WALK_TIME_BOUND, Plain, Shared, bounded
+
+# The aux_data checks are under test here: on in installed runs too (conftest.py).
+AUX_CHECKS = "warn"
 
 
 def error_of(fn, *args, **kwargs) -> BaseException:
@@ -296,6 +300,8 @@ def test_repro_11_is_leaf_stopping_at_a_cycle_returns_at_once():
         capture_output=True,
         text=True,
         timeout=WALK_TIME_BOUND,
+        # the checks on, should this session run installed (where "auto" turns them off)
+        env={**os.environ, "FASTREE_AUX_CHECKS": "warn"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "returned PyTreeDef([*, CustomNode(Bad[[0.]], [*])])" in proc.stdout
