@@ -99,7 +99,10 @@ inline bool ReadValueAgain(PyObject* dict, Item& item) {
 // the dict is seen as JAX sees it, a key it removed raising JAX's KeyError (red-team round 3,
 // repro_19). Where the keys are str or int, sorting runs no Python code and the gathered values
 // are the dict's (GatherDictItems).
-inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error) {
+//
+// `read_again` false leaves that to the caller: read::Values looks each value up when the walk
+// reaches its key, as jaxlib does, so a key's __hash__ runs once per lookup, as in JAX.
+inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error, bool read_again) {
     auto key_of = [](const Item& item) { return item.key; };
     if (!wrap_error) return SortItemsLikeSorted(dict, items);
     if (!JaxStableSortKeys(items.begin(), items.end(), key_of)) {
@@ -109,14 +112,15 @@ inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error) {
     }
     // Each lookup runs Python code (__hash__, __eq__): `items` is indexed afresh per step (it is
     // ours alone).
-    for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t i = 0; read_again && i < items.size(); ++i) {
         if (!ReadValueAgain(dict, items[i])) return false;
     }
     return true;
 }
 
-// `wrap_error`: see SortItemsByPython. On failure `items` is left empty.
-inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true) {
+// `wrap_error`, `read_again`: see SortItemsByPython. On failure `items` is left empty.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
+                            bool read_again = true) {
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
@@ -165,7 +169,7 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
         Py_INCREF(item.key);
         Py_INCREF(item.value);
     }
-    if (!SortItemsByPython(dict, items, wrap_error)) {
+    if (!SortItemsByPython(dict, items, wrap_error, read_again)) {
         ReleaseItems(items, 0);
         return false;
     }

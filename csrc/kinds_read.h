@@ -63,15 +63,15 @@ inline bool ReserveDictKeys(const fastree::Items& items) {
 //
 // `dict`: the dict the items were gathered from, or null. jaxlib reads a dict's value when it
 // reaches its key (red-team round 4, repro_24): once code JAX also runs mid-walk has run since
-// the gathering (UserCodeEpoch: an is_leaf or custom flatten that pops or replaces a later
-// key), each later value is looked up again, a key gone raising JAX's KeyError. Until then
-// the gathered values are the dict's. Registered mappings (defaultdict, OrderedDict) pass
-// null: JAX flattens those in Python, reading every value before it recurses.
+// `epoch` (UserCodeEpoch() before the gathering: an is_leaf or custom flatten that pops or
+// replaces a later key, a Python key sort), each later value is looked up again, a key gone
+// raising JAX's KeyError. Until then the gathered values are the dict's. Registered mappings
+// (defaultdict, OrderedDict) pass null: JAX flattens those in Python, reading every value
+// before it recurses.
 template <class Walk>
-bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr) {
+bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t epoch = 0) {
     Item* const data = items.begin();
     const size_t n = items.size();
-    const uint64_t epoch = UserCodeEpoch();
     for (size_t i = 0; i < n; ++i) {
         if (dict != nullptr && UserCodeEpoch() != epoch && !ReadValueAgain(dict, data[i])) {
             ReleaseItems(items, i);
@@ -102,7 +102,8 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr) {
     PyErr_Format(PyExc_RuntimeError,
                  "a dict in the pytree changed size while it was being flattened (%zd keys when "
                  "the walk reached it, %zd now): a callback (is_leaf, a custom node's flatten "
-                 "function) must not add or remove keys of a dict being walked",
+                 "function, a key's __hash__ or __eq__) must not add or remove keys of a dict "
+                 "being walked",
                  was, now);
     return false;
 }
@@ -342,7 +343,8 @@ template <class Walk>
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     fastree::Items items;
-    if (!GatherDictItems(obj, items)) return false;
+    const uint64_t epoch = UserCodeEpoch();  // before a Python key sort can move it
+    if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) return false;
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     if constexpr (Walk::kPaths) {
         if (!read::ReserveDictKeys(items)) return false;
@@ -350,8 +352,7 @@ template <class Walk>
     // This dict's key slots come first: its children's keys are appended after them.
     Py_ssize_t keys_begin = 0;
     if constexpr (Walk::kDef) keys_begin = w.TakeDictKeys(items);
-    const uint64_t epoch = UserCodeEpoch();
-    if (!read::Values(w, items, obj)) return false;
+    if (!read::Values(w, items, obj, epoch)) return false;
     if constexpr (Walk::kDef) {
         if (!read::DictSizeKept(obj, static_cast<size_t>(n), epoch)) return false;
         return w.Finish(kKind, mark, n, nullptr, nullptr, keys_begin);

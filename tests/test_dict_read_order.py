@@ -130,3 +130,68 @@ def test_a_dict_with_no_callback_is_read_once():
     # No Python code runs inside: the gathered values are the dict's, nothing is looked up again.
     d = {"b": [1, 2], "a": (3,)}
     assert tu.tree_leaves(d) == jax_tu.tree_leaves(d) == [3, 1, 2]
+
+
+def _dict_grown_by_a_key_hash() -> dict:
+    d: dict = {}
+    armed = [False]
+
+    class Key:
+        def __init__(self, n):
+            self.n = n
+
+        def __hash__(self):
+            if self.n < 100 and armed[0] and len(d) < 4:
+                armed[0] = False
+                d[Key(100 + len(d))] = 0
+                armed[0] = True
+            return hash(self.n)
+
+        def __eq__(self, other):
+            return isinstance(other, Key) and self.n == other.n
+
+        def __lt__(self, other):
+            return self.n < other.n
+
+        def __repr__(self):
+            return f"Key({self.n})"
+
+    d[Key(1)] = 1
+    d[Key(2)] = 2
+    armed[0] = True
+    return d
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "structure",
+        "transpose",
+    ],
+)
+def test_a_key_hash_growing_its_dict_is_a_runtime_error_as_in_jax(operation):
+    # Red-team round 4, finding d: the lookups of a dict whose keys sort in Python run each
+    # key's __hash__; one that adds keys leaves JAX a treedef it rejects (RuntimeError).
+    def run(lib):
+        if operation == "structure":
+            # JAX hands out a treedef with more arity than children: its repr raises
+            return _outcome(lambda: str(lib.tree_structure(_dict_grown_by_a_key_hash())))
+        outer, inner = lib.tree_structure([0, 0]), lib.tree_structure({"a": 0})
+        trees = [_dict_grown_by_a_key_hash(), _dict_grown_by_a_key_hash()]
+        return _outcome(lambda: lib.tree_transpose(outer, inner, trees))
+
+    got, jax = run(tu), run(jax_tu)
+    assert got[:2] == jax[:2] == ("error", "RuntimeError")
+    assert "changed size while it was being flattened" in got[2]
+
+
+@pytest.mark.parametrize("operation", ["leaves", "flatten_up_to"])
+def test_a_key_hash_growing_its_dict_reads_as_in_jax(operation):
+    def run(lib):
+        if operation == "leaves":
+            return _outcome(lambda: lib.tree_leaves(_dict_grown_by_a_key_hash()))
+        return _outcome(
+            lambda: repr(lib.tree_structure({"a": 1}).flatten_up_to({"a": _dict_grown_by_a_key_hash()}))
+        )
+
+    assert run(tu) == run(jax_tu)

@@ -182,11 +182,12 @@ class SinglePassMapper {
         RecursionGuard guard(kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Items items;  // owned (key, value) pairs, in sorted-key order
-        if (!GatherDictItems(obj, items)) return nullptr;
-        const size_t n = items.size();
-        // Each value as jaxlib reads it: looked up again once a flatten callback has run inside
-        // this dict (read::Values says why); f's own calls do not count (JAX runs it later).
+        // Each value as jaxlib reads it: looked up again once a flatten callback (or a Python
+        // key sort) has run inside this dict (read::Values says why); f's own calls do not count
+        // (JAX runs it later).
         const uint64_t epoch = UserCodeEpoch();
+        if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) return nullptr;
+        const size_t n = items.size();
         for (size_t i = 0; i < n; ++i) {
             if (UserCodeEpoch() != epoch && !ReadValueAgain(obj, items[i])) {
                 ReleaseItems(items, 0);
