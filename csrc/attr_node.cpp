@@ -1,6 +1,7 @@
 // Attribute nodes: reading, rebuilding, and the Python type that carries a layout (see
 // attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
 #include "attr_node.h"
+#include "attr_mapping.h"
 
 #include <string>
 #include <vector>
@@ -19,10 +20,10 @@ namespace attr {
 namespace {
 
 PyTypeObject* g_type = nullptr;  // owned by the module (added to it at init); never freed
-// Interned "__getattribute__" and "__getattr__" (PlainAttributeAccess); made with the type,
-// never freed.
+// Interned "__getattribute__", and object's own __getattribute__ (PlainAttributeAccess); made
+// with the type, never freed (object's slot wrapper lives as long as the interpreter).
 PyObject* g_getattribute_name = nullptr;
-PyObject* g_getattr_name = nullptr;
+PyObject* g_object_getattribute = nullptr;
 
 Py_ssize_t NumData(const AttrNode* n) { return PyTuple_GET_SIZE(n->data_fields); }
 Py_ssize_t NumMeta(const AttrNode* n) { return PyTuple_GET_SIZE(n->meta_fields); }
@@ -42,16 +43,17 @@ struct Instance {
     bool general;    // read every field through getattr (see above)
 };
 
-// Whether instances of `t` look attributes up as object does: the generic lookup, or a
-// __getattribute__ the integration vouched for (trusted_getattribute: the library's own, which
-// passes __dict__ and the fields through unchanged; the checks on first instances compare the
-// native read with the library's functions) with no __getattr__. _PyType_Lookup runs no Python
-// code (the type's method cache).
+// Whether instances of `t` find `__dict__` as object does: the generic lookup, object's own
+// __getattribute__ (a class that adds only __getattr__: it runs for names the lookup misses,
+// never for __dict__), or a __getattribute__ the integration vouched for
+// (trusted_getattribute: the library's own, which passes __dict__ and the fields through
+// unchanged; the checks on first instances compare the native read with the library's
+// functions). _PyType_Lookup runs no Python code (the type's method cache).
 bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
     if (t->tp_getattro == PyObject_GenericGetAttr) return true;
-    if (node->trusted_getattribute == nullptr) return false;
-    return _PyType_Lookup(t, g_getattribute_name) == node->trusted_getattribute &&
-           _PyType_Lookup(t, g_getattr_name) == nullptr;
+    PyObject* getattribute = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
+    return getattribute == g_object_getattribute ||
+           (node->trusted_getattribute != nullptr && getattribute == node->trusted_getattribute);
 }
 
 // Reads `obj`'s __dict__ into *inst. False with an error set on failure. Asking for it makes
@@ -267,6 +269,15 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
         if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
     }
+    if (node->mapping != nullptr) {
+        if (!inst.general && inst.dict) return ReadMapping(node, inst.dict.get(), want_aux, out);
+        if (node->library_flatten != nullptr) return Outcome::kLibraryOnce;
+        PyErr_Format(PyExc_TypeError,
+                     "attribute node of %.200s: an instance whose attributes are not a plain "
+                     "__dict__ cannot be read by its mapping layout",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
+        return Outcome::kError;
+    }
     // Every value is read before anything is visited, as the library's flatten reads them all
     // before JAX walks its output: a callback that changes the instance later is not seen.
     const Py_ssize_t nd = NumData(node);
@@ -292,7 +303,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
 // object.__new__(cls). Classes that leave __new__ to object's (every equinox Module and plain
 // dataclass) get it directly; others go through object.__new__ itself, whose checks (a C base
 // with its own __new__, an abstract class) raise as they would in Python.
-PyObject* NewInstance(PyObject* cls) {
+PyObject* NewInstanceOf(PyObject* cls) {
     PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls);
     if (t->tp_new == PyBaseObject_Type.tp_new) {
         Ref no_args(PyTuple_New(0));
@@ -367,9 +378,10 @@ PyObject* FlattenImpl(AttrNode* node, PyObject* obj, bool with_keys, bool check)
     }
     if (with_keys) {
         for (size_t i = 0; i < f.children.size(); ++i) {
-            PyObject* key = PyTuple_GET_ITEM(node->keys, static_cast<Py_ssize_t>(i));
+            Ref key(ChildKey(node, f.aux.get(), static_cast<Py_ssize_t>(i)));
+            if (!key) return nullptr;
             Ref child(f.children[i]);  // replaced in place by its (key, child) pair
-            f.children[i] = PairOf(key, child.get());
+            f.children[i] = PairOf(key.get(), child.get());
             if (f.children[i] == nullptr) return nullptr;
         }
     }
@@ -590,6 +602,53 @@ bool FindSlots(AttrNode* node) {
     return true;
 }
 
+// mapping=(flags_attr, flags_type, flags_inner, int_keys_attr): the mapping layout
+// (attr_mapping.h). Its reads trust the mapping's class to look attributes up as object does
+// and to keep flags_inner in the instance dict: both checked here, once.
+bool SetMappingLayout(AttrNode* node, PyObject* spec) {
+    PyObject *flags_attr, *flags_type, *flags_inner, *int_keys_attr;
+    if (!PyTuple_Check(spec) ||
+        !PyArg_ParseTuple(spec, "UOUU", &flags_attr, &flags_type, &flags_inner, &int_keys_attr)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "attribute node: mapping must be (flags_attr, flags_type, flags_inner, "
+                         "int_keys_attr), got %R", spec);
+        }
+        return false;
+    }
+    if (!PyType_Check(flags_type) ||
+        reinterpret_cast<PyTypeObject*>(flags_type)->tp_getattro != PyObject_GenericGetAttr ||
+        _PyType_Lookup(reinterpret_cast<PyTypeObject*>(flags_type), flags_inner) != nullptr) {
+        PyErr_Format(PyExc_TypeError,
+                     "attribute node: the mapping class %R must look attributes up as object "
+                     "does and keep %R in its instances' __dict__", flags_type, flags_inner);
+        return false;
+    }
+    if (NumData(node) != 0 || NumMeta(node) != 0 || node->extra_fields != nullptr ||
+        node->names_as_aux) {
+        PyErr_SetString(PyExc_ValueError,
+                        "attribute node: the mapping layout takes no fields of its own");
+        return false;
+    }
+    auto* m = static_cast<MappingLayout*>(PyMem_Calloc(1, sizeof(MappingLayout)));
+    if (m == nullptr) {
+        PyErr_NoMemory();
+        return false;
+    }
+    auto interned = [](PyObject* s) {
+        PyObject* r = Py_NewRef(s);
+        PyUnicode_InternInPlace(&r);
+        return r;
+    };
+    m->flags_attr = interned(flags_attr);
+    m->flags_type = Py_NewRef(flags_type);
+    m->flags_inner = interned(flags_inner);
+    m->int_keys_attr = interned(int_keys_attr);
+    node->mapping = m;
+    return true;
+}
+
 // rebuild_order: the data fields again, in the order a rebuild sets them.
 bool FindRebuildOrder(AttrNode* node, PyObject* order) {
     Ref names(NameTuple(order, "rebuild_order"));
@@ -659,6 +718,12 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_flatten_with_keys);
     Py_VISIT(n->library_unflatten);
     Py_VISIT(n->trusted_getattribute);
+    if (n->mapping != nullptr) {
+        Py_VISIT(n->mapping->flags_attr);
+        Py_VISIT(n->mapping->flags_type);
+        Py_VISIT(n->mapping->flags_inner);
+        Py_VISIT(n->mapping->int_keys_attr);
+    }
     return 0;
 }
 
@@ -690,6 +755,14 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->keys);
     Py_CLEAR(n->regular_aux);
     Py_CLEAR(n->trusted_getattribute);
+    if (n->mapping != nullptr) {
+        Py_CLEAR(n->mapping->flags_attr);
+        Py_CLEAR(n->mapping->flags_type);
+        Py_CLEAR(n->mapping->flags_inner);
+        Py_CLEAR(n->mapping->int_keys_attr);
+        PyMem_Free(n->mapping);
+        n->mapping = nullptr;
+    }
     PyMem_Free(n->slots);
     n->slots = nullptr;
     PyMem_Free(n->rebuild_order);
@@ -702,13 +775,13 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     static const char* kwlist[] = {"cls",           "data_fields",  "meta_fields",
                                    "missing",       "extra_fields", "names_as_aux",
                                    "rebuild_order", "post_init",    "trusted_getattribute",
-                                   nullptr};
+                                   "mapping",       nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
-                          *order = Py_None, *trusted = Py_None;
+                          *order = Py_None, *trusted = Py_None, *mapping = Py_None;
     int names_as_aux = 0, post_init = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpO", const_cast<char**>(kwlist),
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOO", const_cast<char**>(kwlist),
                                      &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
-                                     &post_init, &trusted)) {
+                                     &post_init, &trusted, &mapping)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -742,6 +815,7 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         return nullptr;
     }
     if (order != Py_None && !FindRebuildOrder(n, order)) return nullptr;
+    if (mapping != Py_None && !SetMappingLayout(n, mapping)) return nullptr;
     n->keys = NewSequenceOf<true>(NumData(n), [&](Py_ssize_t i) {
         return keys::GetAttr(PyTuple_GET_ITEM(n->data_fields, i));
     });
@@ -769,6 +843,7 @@ Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out) {
 }
 
 bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
+    if (node->mapping != nullptr) return CheckMappingAux(node, aux, arity);
     if (node->names_as_aux) {
         if (PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == arity) return true;
         PyErr_Format(PyExc_ValueError,
@@ -785,6 +860,7 @@ bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
 }
 
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
+    if (node->mapping != nullptr) return BuildMapping(node, aux, children, n);
     if (node->names_as_aux) {
         const int own = IsOwnNames(node, aux);
         if (own < 0) return nullptr;
@@ -815,7 +891,7 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
     if (!CheckAux(node, aux, n)) return nullptr;
     // `aux`, its items and `children` are the caller's and stay alive throughout; setattr can
     // run Python code (a descriptor's __set__), so nothing of the new object is borrowed.
-    Ref obj(NewInstance(node->cls));
+    Ref obj(NewInstanceOf(node->cls));
     if (!obj) return nullptr;
     for (Py_ssize_t j = 0; j < n; ++j) {
         const Py_ssize_t i = node->rebuild_order ? node->rebuild_order[j] : j;
@@ -856,6 +932,7 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
 }
 
 PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k) {
+    if (node->mapping != nullptr) return MappingChildKey(aux, k);
     // A names_as_aux node made by the library's flatten has its own names.
     if (node->names_as_aux && aux != node->data_fields && PyTuple_Check(aux) &&
         k < PyTuple_GET_SIZE(aux)) {
@@ -886,14 +963,21 @@ PyTypeObject* CreateType() {
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
     if (g_getattribute_name == nullptr) {
         g_getattribute_name = PyUnicode_InternFromString("__getattribute__");
-        g_getattr_name = PyUnicode_InternFromString("__getattr__");
-        if (g_getattribute_name == nullptr || g_getattr_name == nullptr) return nullptr;
+        if (g_getattribute_name == nullptr) return nullptr;
+        g_object_getattribute = _PyType_Lookup(&PyBaseObject_Type, g_getattribute_name);
+        if (g_object_getattribute == nullptr) {
+            PyErr_SetString(PyExc_SystemError, "fastree: object has no __getattribute__");
+            return nullptr;
+        }
+        Py_INCREF(g_object_getattribute);
     }
     g_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
     return g_type;
 }
 
 bool IsNode(PyObject* obj) { return g_type != nullptr && Py_TYPE(obj) == g_type; }
+
+PyObject* NewInstance(PyObject* cls) { return NewInstanceOf(cls); }
 
 }  // namespace attr
 }  // namespace fastree

@@ -20,6 +20,9 @@
 //             fields written into the instance __dict__ (when not `missing`), then each meta
 //             field; a field whose value is `missing` is left unset. __init__ never runs.
 //
+// A third layout, flax.nnx's (mapping): the fields are whatever the instance __dict__ holds,
+// split into children and static values by a mapping the instance carries (attr_mapping.h).
+//
 // A second aux layout, chex's (names_as_aux): the aux data is the tuple of the data field names,
 // the children are in that order, and an instance whose __dict__ holds other names is one the
 // library answers for (delegate_irregular). A rebuild may set the fields in another order
@@ -76,6 +79,8 @@ struct AttrNode {
     int checks_left;            // instances still to check
     int irregular_checks_left;  // of those whose __dict__ holds other than the fields
     bool use_library;           // a check failed: the library's functions answer
+    struct MappingLayout* mapping;  // or null: the mapping layout's settings (attr_mapping.h;
+                                    // PyMem, its references owned and visited by the GC)
     PyObject* trusted_getattribute;  // or null: a class-level __getattribute__ (the library's
                                      // own) under which an instance still reads natively
     PyObject* weakrefs;

@@ -1,4 +1,5 @@
-"""Library node classes read natively: equinox Modules, chex dataclasses (one module each).
+"""Library node classes read natively: equinox Modules, chex dataclasses, flax.nnx Pytrees
+(one module each).
 
 A library registers its node classes with JAX by passing Python flatten/unflatten functions. When
 fastree is installed (``python -m fastree.run``, ``FASTREE_INSTALL=1``, ``fastree.install()``)
@@ -25,7 +26,11 @@ from .. import _core
 from . import _checked
 
 # (module whose presence shows the library is loaded, fastree integration module)
-_LIBRARIES = (("equinox._module._flatten", "equinox"), ("chex._src.dataclass", "chex"))
+_LIBRARIES = (
+    ("equinox._module._flatten", "equinox"),
+    ("chex._src.dataclass", "chex"),
+    ("flax.nnx.pytreelib", "flax_nnx"),
+)
 
 
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:

@@ -1,0 +1,97 @@
+"""flax.nnx Pytree and Module classes as native attribute nodes (tree mode).
+
+flax.nnx (0.12) registers each ``Pytree`` subclass (``nnx.Module``, ``nnx.Optimizer``,
+``nnx.Rngs``, ...) with JAX through three Python functions it defines once on ``Pytree``:
+``_pytree__flatten`` and ``_pytree__flatten_with_paths`` read ``sorted(vars(self))`` and split
+the attributes into data and static ones by the instance's ``_pytree__nodes`` mapping;
+``_pytree__unflatten`` is ``object.__new__`` plus ``object.__setattr__`` per attribute. Every
+``jax.tree_util`` call on a model (and ``nnx.jit(graph=False)``) runs them once per node.
+
+When fastree is installed before flax registers its classes (``python -m fastree.run``,
+``FASTREE_INSTALL=1``), :func:`native_node` recognises those functions and gives the class an
+:class:`~fastree._core.AttrNode` with the mapping layout (``csrc/attr_mapping.h``): the same
+children, aux data and keys from C, checked against flax's own functions on the first instances
+(``_checked``). flax's graph mode (``nnx.split``, ``nnx.merge``, ``nnx.jit``) is not served
+natively: its traversal is flax's Python (see README, "Library nodes").
+
+Nothing here imports flax: the registration hook calls :func:`native_node` only once
+``flax.nnx.pytreelib`` is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .. import _core
+from . import _checked, _library
+
+# flax releases whose Pytree layout this module reproduces: [first, past-the-end).
+KNOWN_VERSIONS = ((0, 12, 0), (0, 13, 0))
+_PYTREE_MODULE = "flax.nnx.pytreelib"
+_TYPING_MODULE = "flax.typing"
+
+
+def known_version() -> bool:
+    """Whether the installed flax is one whose nnx Pytree layout fastree reproduces."""
+    return _library.version_within("flax", KNOWN_VERSIONS)
+
+
+def _flax_functions() -> tuple[Any, Any, Any, Any] | None:
+    """Pytree's three functions and flax's HashableMapping, or None if flax is not as known."""
+    pytreelib = sys.modules.get(_PYTREE_MODULE)
+    typing = sys.modules.get(_TYPING_MODULE)
+    pytree = getattr(pytreelib, "Pytree", None)
+    mapping = getattr(typing, "HashableMapping", None)
+    if not isinstance(pytree, type) or not isinstance(mapping, type):
+        return None
+    namespace = vars(pytree)
+    flatten = namespace.get("_pytree__flatten")
+    flatten_with_paths = namespace.get("_pytree__flatten_with_paths")
+    unflatten = namespace.get("_pytree__unflatten")
+    if flatten is None or flatten_with_paths is None or not isinstance(unflatten, classmethod):
+        return None
+    return flatten, flatten_with_paths, unflatten.__func__, mapping
+
+
+def _is_nnx_registration(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any,
+                         known: tuple[Any, Any, Any, Any]) -> bool:
+    base_flatten, base_flatten_with_paths, base_unflatten, _ = known
+    return (
+        flatten is base_flatten
+        and flatten_with_keys is base_flatten_with_paths
+        and getattr(unflatten, "__func__", None) is base_unflatten
+        and getattr(unflatten, "__self__", None) is cls
+    )
+
+
+def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
+    """The checked :class:`~fastree._core.AttrNode` for an nnx registration, or None.
+
+    None unless the functions are the ones flax defines on ``Pytree`` (no subclass overrides
+    them) and the installed flax is a known version. ``flatten_with_keys`` may be None
+    (:func:`accelerate` on a JAX that keeps it in jaxlib only): the class's own is taken then.
+    """
+    known = _flax_functions()
+    if known is None or not known_version():
+        return None
+    if flatten_with_keys is None:
+        flatten_with_keys = getattr(cls, "_pytree__flatten_with_paths", None)
+    if not _is_nnx_registration(cls, flatten_with_keys, unflatten, flatten, known):
+        return None
+    node = _core.AttrNode(
+        cls,
+        (),
+        mapping=("_pytree__nodes", known[3], "_mapping", "_pytree__has_int_keys"),
+    )
+    _checked.attach(node, flatten, flatten_with_keys, unflatten)
+    return node
+
+
+def accelerate() -> list[type]:
+    """Makes fastree's own functions read nnx classes registered before fastree was installed.
+
+    As :func:`fastree.integrations.equinox.accelerate`: JAX keeps flax's functions for those
+    classes; fastree's own functions (and the routed ``jax.tree_util`` ones) read them natively.
+    """
+    return _library.accelerate_with(native_node)
