@@ -3,7 +3,9 @@
 #include "attr_node.h"
 #include "attr_mapping.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "keys.h"
@@ -68,7 +70,9 @@ bool ReadInstance(const AttrNode* node, PyObject* obj, Instance* inst) {
         if (!inst->dict && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
         return !PyErr_Occurred();
     }
-    if (Py_TYPE(obj)->tp_dictoffset == 0) {
+    // No __dict__ to read: the class has none, or every field is a slot and none is extra (its
+    // dict is left alone: asking for it would make one on an instance that keeps none).
+    if (Py_TYPE(obj)->tp_dictoffset == 0 || node->fields_all_slots) {
         inst->dict = Ref();
         return true;
     }
@@ -155,8 +159,45 @@ bool SameItems(PyObject* t, const Vec& items) {
 }
 
 // The aux data of an instance, as a new tuple (or the shared regular one).
+// tuple(sorted(meta.items())) for a meta_items node: a new reference; null with no error when
+// the value is not an exact dict of exact str keys (the library reads that instance), or with
+// an error set. The keys are distinct exact str: the sort compares no values and runs no
+// Python code.
+PyObject* SortedItems(PyObject* meta) {
+    if (!PyDict_CheckExact(meta)) return nullptr;
+    std::vector<std::pair<Ref, Ref>> items;
+    items.reserve(static_cast<size_t>(PyDict_GET_SIZE(meta)));
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(meta, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) return nullptr;
+        items.emplace_back(Ref::FromBorrowed(key), Ref::FromBorrowed(value));
+    }
+    std::vector<size_t> order(items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return PyUnicode_Compare(items[a].first.get(), items[b].first.get()) < 0;
+    });
+    return NewSequenceOf<true>(static_cast<Py_ssize_t>(order.size()), [&](Py_ssize_t i) {
+        const auto& item = items[order[static_cast<size_t>(i)]];
+        return PyTuple_Pack(2, item.first.get(), item.second.get());
+    });
+}
+
 PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
     if (node->names_as_aux) return Py_NewRef(node->data_fields);
+    if (node->meta_items) {
+        Ref meta(Value(node, inst, NumData(node), PyTuple_GET_ITEM(node->meta_fields, 0)));
+        if (!meta) return nullptr;
+        PyObject* aux = SortedItems(meta.get());
+        if (aux == nullptr && !PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError,
+                         "attribute node of %.200s: %R must be a dict of str keys, got %.200R",
+                         reinterpret_cast<PyTypeObject*>(node->cls)->tp_name,
+                         PyTuple_GET_ITEM(node->meta_fields, 0), meta.get());
+        }
+        return aux;
+    }
     // Shared when it cannot differ: no meta fields, and no extra fields to report.
     if (node->regular_aux != nullptr && (regular || node->extra_fields == nullptr)) {
         return Py_NewRef(node->regular_aux);
@@ -295,7 +336,15 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
     }
     if (want_aux) {
         out->aux = Ref(Aux(node, inst, regular != 0));
-        if (!out->aux) return Outcome::kError;
+        if (!out->aux) {
+            // Metadata the layout cannot read (not an exact dict of str keys): the library's.
+            if (check && node->meta_items && node->library_flatten != nullptr &&
+                PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                return Outcome::kLibraryOnce;
+            }
+            return Outcome::kError;
+        }
     }
     return Outcome::kNative;
 }
@@ -335,6 +384,25 @@ PyObject* NoLibrary(const AttrNode* node) {
                  "attribute node of %.200s: the library's functions it delegates to are gone",
                  reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
     return nullptr;
+}
+
+// getattr(cls, rebuild_with)(*children, dict(aux)): a meta_items node's rebuild, the class's own
+// (flax.nnx's Variable._new(value, metadata)).
+PyObject* BuildWith(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
+    if (n != NumData(node)) {
+        PyErr_Format(PyExc_ValueError, "attribute node of %.200s: expected %zd children, got %zd",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, NumData(node), n);
+        return nullptr;
+    }
+    if (!CheckAux(node, aux, n)) return nullptr;
+    Ref metadata(PyDict_New());
+    if (!metadata || PyDict_MergeFromSeq2(metadata.get(), aux, 1) < 0) return nullptr;
+    Ref make(PyObject_GetAttr(node->cls, node->rebuild_with));
+    if (!make) return nullptr;
+    RefSmallVector<4> args;
+    for (Py_ssize_t i = 0; i < n; ++i) PushOwned(args, Py_NewRef(children[i]));
+    PushOwned(args, metadata.release());
+    return PyObject_Vectorcall(make.get(), args.begin(), args.size(), nullptr);
 }
 
 // Whether `aux` is the node's own names (the regular aux data of a names_as_aux node).
@@ -599,6 +667,9 @@ bool FindSlots(AttrNode* node) {
         }
         node->slots[i] = offset;
     }
+    bool all = node->slots != nullptr && node->extra_fields == nullptr && n > 0;
+    for (Py_ssize_t i = 0; all && i < n; ++i) all = node->slots[i] > 0;
+    node->fields_all_slots = all;
     return true;
 }
 
@@ -718,6 +789,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_flatten_with_keys);
     Py_VISIT(n->library_unflatten);
     Py_VISIT(n->trusted_getattribute);
+    Py_VISIT(n->rebuild_with);
     if (n->mapping != nullptr) {
         Py_VISIT(n->mapping->flags_attr);
         Py_VISIT(n->mapping->flags_type);
@@ -755,6 +827,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->keys);
     Py_CLEAR(n->regular_aux);
     Py_CLEAR(n->trusted_getattribute);
+    Py_CLEAR(n->rebuild_with);
     if (n->mapping != nullptr) {
         Py_CLEAR(n->mapping->flags_attr);
         Py_CLEAR(n->mapping->flags_type);
@@ -775,13 +848,16 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     static const char* kwlist[] = {"cls",           "data_fields",  "meta_fields",
                                    "missing",       "extra_fields", "names_as_aux",
                                    "rebuild_order", "post_init",    "trusted_getattribute",
-                                   "mapping",       nullptr};
+                                   "mapping",       "meta_items",   "key_names",
+                                   "rebuild_with",  nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
-                          *order = Py_None, *trusted = Py_None, *mapping = Py_None;
-    int names_as_aux = 0, post_init = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOO", const_cast<char**>(kwlist),
+                          *order = Py_None, *trusted = Py_None, *mapping = Py_None,
+                          *key_names = Py_None, *rebuild_with = Py_None;
+    int names_as_aux = 0, post_init = 0, meta_items = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOO", const_cast<char**>(kwlist),
                                      &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
-                                     &post_init, &trusted, &mapping)) {
+                                     &post_init, &trusted, &mapping, &meta_items, &key_names,
+                                     &rebuild_with)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -816,8 +892,29 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     }
     if (order != Py_None && !FindRebuildOrder(n, order)) return nullptr;
     if (mapping != Py_None && !SetMappingLayout(n, mapping)) return nullptr;
+    n->meta_items = meta_items != 0;
+    if (n->meta_items && (NumMeta(n) != 1 || n->extra_fields != nullptr || n->names_as_aux)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "attribute node: meta_items takes exactly one meta field (a dict)");
+        return nullptr;
+    }
+    if (rebuild_with != Py_None) {
+        if (!n->meta_items || !PyUnicode_CheckExact(rebuild_with)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "attribute node: rebuild_with is a method name, for meta_items nodes");
+            return nullptr;
+        }
+        n->rebuild_with = Py_NewRef(rebuild_with);
+    }
+    Ref key_source(key_names == Py_None ? Py_NewRef(n->data_fields)
+                                        : NameTuple(key_names, "key_names"));
+    if (!key_source) return nullptr;
+    if (PyTuple_GET_SIZE(key_source.get()) != NumData(n)) {
+        PyErr_SetString(PyExc_ValueError, "attribute node: key_names must name each data field");
+        return nullptr;
+    }
     n->keys = NewSequenceOf<true>(NumData(n), [&](Py_ssize_t i) {
-        return keys::GetAttr(PyTuple_GET_ITEM(n->data_fields, i));
+        return keys::GetAttr(PyTuple_GET_ITEM(key_source.get(), i));
     });
     if (n->keys == nullptr) return nullptr;
     if (n->names_as_aux) {
@@ -844,6 +941,14 @@ Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out) {
 
 bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
     if (node->mapping != nullptr) return CheckMappingAux(node, aux, arity);
+    if (node->meta_items) {
+        if (PyTuple_Check(aux)) return true;
+        PyErr_Format(PyExc_ValueError,
+                     "attribute node of %.200s: expected aux data a tuple of (name, value) "
+                     "pairs, got %.200R",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name, aux);
+        return false;
+    }
     if (node->names_as_aux) {
         if (PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == arity) return true;
         PyErr_Format(PyExc_ValueError,
@@ -861,6 +966,7 @@ bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
 
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
     if (node->mapping != nullptr) return BuildMapping(node, aux, children, n);
+    if (node->rebuild_with != nullptr) return BuildWith(node, aux, children, n);
     if (node->names_as_aux) {
         const int own = IsOwnNames(node, aux);
         if (own < 0) return nullptr;

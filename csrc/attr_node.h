@@ -23,6 +23,10 @@
 // A third layout, flax.nnx's (mapping): the fields are whatever the instance __dict__ holds,
 // split into children and static values by a mapping the instance carries (attr_mapping.h).
 //
+// A fourth, flax.nnx's Variable's (meta_items): the children are the data fields as above
+// (keys may be given other names: key_names), the aux data the sorted items of the one meta
+// field, a dict; a rebuild calls the class's own constructor method (rebuild_with).
+//
 // A second aux layout, chex's (names_as_aux): the aux data is the tuple of the data field names,
 // the children are in that order, and an instance whose __dict__ holds other names is one the
 // library answers for (delegate_irregular). A rebuild may set the fields in another order
@@ -68,7 +72,13 @@ struct AttrNode {
                              // from __dict__ (PyMem; null when no field is a slot)
     Py_ssize_t* rebuild_order;  // data field indices in the order a rebuild sets them (PyMem;
                                 // null: in order)
+    bool fields_all_slots;  // every data and meta field is an own slot, none extra: __dict__
+                            // is never read
     bool names_as_aux;  // the aux data is data_fields itself (chex); no meta or extra fields
+    bool meta_items;    // the aux data is tuple(sorted(m.items())) for the one meta field m, an
+                        // exact dict of exact str keys (flax.nnx's Variable metadata)
+    PyObject* rebuild_with;  // or null: a rebuild is getattr(cls, rebuild_with)(*children,
+                             // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
     bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).

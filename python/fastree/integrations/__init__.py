@@ -29,7 +29,7 @@ from . import _checked
 _LIBRARIES = (
     ("equinox._module._flatten", "equinox"),
     ("chex._src.dataclass", "chex"),
-    ("flax.nnx.pytreelib", "flax_nnx"),
+    ("flax.nnx.variablelib", "flax_nnx"),
 )
 
 

@@ -9,7 +9,8 @@ output leaves. It compares, for that instance:
   same tuple shape) of the library's ``flatten`` and of the node's;
 - the keys and children of both ``flatten_with_keys`` functions;
 - the objects each ``unflatten`` rebuilds: same class, same instance state (names in the same
-  order, the same value objects). Skipped for a class whose rebuild runs its own code (chex calls
+  order, the same value objects; of the same type only, for attributes the library's own rebuild
+  makes anew). Skipped for a class whose rebuild runs its own code (chex calls
   ``__post_init__``): two extra rebuilds would run that code twice more, which the user would see.
 
 On any difference, or if a library function raises, the node delegates to the library's functions
@@ -57,7 +58,7 @@ def _state(obj: Any) -> list[tuple[str, Any]]:
 
 def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
                 flatten_with_keys: Callable[..., Any], unflatten: Callable[..., Any],
-                rebuild: bool) -> str | None:
+                rebuild: bool, fresh: frozenset[str]) -> str | None:
     lib_children, lib_aux = flatten(obj)
     lib_children = tuple(lib_children)
     nat_children, nat_aux = node.native_flatten(obj)
@@ -82,24 +83,39 @@ def _difference(node: Any, obj: Any, flatten: Callable[..., Any],
     lib_state, nat_state = _state(lib_obj), _state(nat_obj)
     if [k for k, _ in lib_state] != [k for k, _ in nat_state]:
         return "unflatten: the rebuilt attributes differ"
-    if not all(a is b for (_, a), (_, b) in zip(lib_state, nat_state)):
-        return "unflatten: the rebuilt values differ"
+    for (name, a), (_, b) in zip(lib_state, nat_state):
+        if a is not b and not (name in fresh and _same_fresh(a, b)):
+            return f"unflatten: the rebuilt values of {name!r} differ"
     return None
+
+
+def _same_fresh(a: Any, b: Any) -> bool:
+    # Made anew by each rebuild: the same type, and for a dict the same keys in the same order
+    # holding the very same values.
+    if type(a) is not type(b):
+        return False
+    if type(a) is not dict:
+        return True
+    return list(a) == list(b) and all(a[k] is b[k] for k in a)
 
 
 def attach(node: Any, flatten: Callable[..., Any], flatten_with_keys: Callable[..., Any],
            unflatten: Callable[..., Any], *, delegate_irregular: bool = False,
-           check_rebuild: bool = True) -> None:
+           check_rebuild: bool = True, fresh: tuple[str, ...] = ()) -> None:
     """Makes ``node`` check itself against the library's functions on its first instances.
 
     ``check_rebuild=False``: the rebuilt objects are not compared (see the module docstring).
+    ``fresh``: attributes that the library's own rebuild makes anew each time (flax.nnx's
+    Variable._new makes a new trace state, its unflatten a new metadata dict), compared by type
+    (and a dict by its keys and value objects).
     ``delegate_irregular``: instances whose ``__dict__`` holds other than the fields are always
     the library's (see ``AttrNode.check_with``).
     """
 
     def check(obj: Any) -> bool:
         try:
-            reason = _difference(node, obj, flatten, flatten_with_keys, unflatten, check_rebuild)
+            reason = _difference(node, obj, flatten, flatten_with_keys, unflatten, check_rebuild,
+                                 frozenset(fresh))
         # Any failure means "do not trust the node". Nothing is lost: the library's function
         # then answers the same call, and raises its own error if it has one.
         except Exception as error:  # noqa: BLE001

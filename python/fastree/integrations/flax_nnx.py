@@ -7,6 +7,10 @@ the attributes into data and static ones by the instance's ``_pytree__nodes`` ma
 ``_pytree__unflatten`` is ``object.__new__`` plus ``object.__setattr__`` per attribute. Every
 ``jax.tree_util`` call on a model (and ``nnx.jit(graph=False)``) runs them once per node.
 
+Each ``Variable`` class is registered with module functions of ``flax.nnx.variablelib``: the
+raw value as the one child (key ``GetAttrKey('value')``) and ``tuple(sorted(metadata.items()))``
+as aux data, rebuilt by ``cls._new(value, dict(aux))``.
+
 When fastree is installed before flax registers its classes (``python -m fastree.run``,
 ``FASTREE_INSTALL=1``), :func:`native_node` recognises those functions and gives the class an
 :class:`~fastree._core.AttrNode` with the mapping layout (``csrc/attr_mapping.h``): the same
@@ -15,11 +19,12 @@ children, aux data and keys from C, checked against flax's own functions on the 
 natively: its traversal is flax's Python (see README, "Library nodes").
 
 Nothing here imports flax: the registration hook calls :func:`native_node` only once
-``flax.nnx.pytreelib`` is loaded.
+``flax.nnx.variablelib`` is loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -29,6 +34,7 @@ from . import _checked, _library
 # flax releases whose Pytree layout this module reproduces: [first, past-the-end).
 KNOWN_VERSIONS = ((0, 12, 0), (0, 13, 0))
 _PYTREE_MODULE = "flax.nnx.pytreelib"
+_VARIABLE_MODULE = "flax.nnx.variablelib"
 _TYPING_MODULE = "flax.typing"
 
 
@@ -65,15 +71,54 @@ def _is_nnx_registration(cls: type, flatten_with_keys: Any, unflatten: Any, flat
     )
 
 
+def _variable_node(cls: type, flatten_with_keys: Any, unflatten: Any,
+                   flatten: Any) -> Any | None:
+    variablelib = sys.modules.get(_VARIABLE_MODULE)
+    base_flatten = getattr(variablelib, "_variable_flatten", None)
+    base_unflatten = getattr(variablelib, "_variable_unflatten", None)
+    base_flatten_with_keys = getattr(variablelib, "_variable_flatten_with_keys", None)
+    if base_flatten is None or flatten is not base_flatten:
+        return None
+    if flatten_with_keys is None:
+        flatten_with_keys = base_flatten_with_keys
+    if (
+        flatten_with_keys is not base_flatten_with_keys
+        or not isinstance(unflatten, functools.partial)
+        or unflatten.func is not base_unflatten
+        or unflatten.args != (cls,)
+        or unflatten.keywords
+    ):
+        return None
+    node = _core.AttrNode(
+        cls,
+        ("_raw_value",),
+        ("_var_metadata",),
+        meta_items=True,
+        key_names=("value",),
+        rebuild_with="_new",
+    )
+    # A rebuild runs flax's own Variable._new (as flax's unflatten does), which makes a new trace
+    # state each time, from a new metadata dict: both compared by content, not identity.
+    _checked.attach(node, flatten, flatten_with_keys, unflatten,
+                    fresh=("_trace_state", "_var_metadata"))
+    return node
+
+
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
     """The checked :class:`~fastree._core.AttrNode` for an nnx registration, or None.
 
     None unless the functions are the ones flax defines on ``Pytree`` (no subclass overrides
-    them) and the installed flax is a known version. ``flatten_with_keys`` may be None
-    (:func:`accelerate` on a JAX that keeps it in jaxlib only): the class's own is taken then.
+    them) or for ``Variable`` classes, and the installed flax is a known version.
+    ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX that keeps it in jaxlib
+    only): the class's own is taken then.
     """
+    if not known_version():
+        return None
+    variable = _variable_node(cls, flatten_with_keys, unflatten, flatten)
+    if variable is not None:
+        return variable
     known = _flax_functions()
-    if known is None or not known_version():
+    if known is None:
         return None
     if flatten_with_keys is None:
         flatten_with_keys = getattr(cls, "_pytree__flatten_with_paths", None)
