@@ -413,7 +413,9 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     if (!guard.ok()) return false;
     attr::AttrNode* node = attr::AsNode(reg->attr_node);
     attr::Fields fields;  // every child read (owned) before any is visited: see attr_node.cpp
-    switch (attr::Read(node, obj, Walk::kDef, &fields)) {
+    // A mapping-layout node's keys come from its aux data (its names differ per instance).
+    const bool per_instance_keys = node->mapping != nullptr;
+    switch (attr::Read(node, obj, Walk::kDef || (Walk::kPaths && per_instance_keys), &fields)) {
         case attr::Outcome::kError:
             return false;
         case attr::Outcome::kLibrary: {
@@ -456,7 +458,11 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(fields.children.size());
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* key = nullptr;
-        if constexpr (Walk::kPaths) key = Py_NewRef(PyTuple_GET_ITEM(node->keys, i));
+        if constexpr (Walk::kPaths) {
+            key = per_instance_keys ? attr::ChildKey(node, fields.aux.get(), i)
+                                    : Py_NewRef(PyTuple_GET_ITEM(node->keys, i));
+            if (key == nullptr) return false;
+        }
         PyObject* child = fields.children[static_cast<size_t>(i)];  // handed to the visit
         fields.children[static_cast<size_t>(i)] = nullptr;
         if (!w.template Child<true>(child, key)) return false;
