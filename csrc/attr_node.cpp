@@ -1060,7 +1060,8 @@ PyTypeObject* CreateType() {
          const_cast<char*>(
              "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None, "
              "names_as_aux=False, rebuild_order=None, post_init=False, "
-             "trusted_getattribute=None)\n"
+             "trusted_getattribute=None, mapping=None, meta_items=False, key_names=None, "
+             "rebuild_with=None)\n"
              "--\n\nThe layout of an attribute node (see "
              "fastree.tree_util.register_attribute_node).")},
         {0, nullptr},

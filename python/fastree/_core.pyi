@@ -124,6 +124,10 @@ class AttrNode:
         rebuild_order: Iterable[str] | None = None,
         post_init: bool = False,
         trusted_getattribute: Any = None,
+        mapping: tuple[str, type, str, str] | None = None,
+        meta_items: bool = False,
+        key_names: Iterable[str] | None = None,
+        rebuild_with: str | None = None,
     ) -> AttrNode: ...
     @property
     def cls(self) -> type: ...
