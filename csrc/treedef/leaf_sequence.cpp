@@ -80,26 +80,41 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     NodeKind kind;
     if (SequenceItems(tree, &kind) == nullptr) return nullptr;
     const Py_ssize_t n = Py_SIZE(tree);
+    if (n == 0) {
+        // Nothing to map (and PyTuple_New(0) is a shared singleton, never to be untracked).
+        return kind == kTupleKind ? PyTuple_New(0) : PyList_New(0);
+    }
+    // The output is f's results' only home, and until the last one is in it is the walk's
+    // private buffer: untracked by the cyclic GC at once, so no gc.get_referrers finds it half
+    // built, and no reference to it leaves here before it is complete. A container Python could
+    // reach half built could be resized under the walk (red-team round 3, repro_15).
+    // Allocating can run the cyclic GC, whose finalizers may change a list `tree`: the items are
+    // read after it, and nothing from there to the end of the first pass runs Python code.
+    Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
+    if (!out) return nullptr;
+    PyObject_GC_UnTrack(out.get());
+    if (Py_SIZE(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
     PyObject* const* items = SequenceItems(tree, &kind);
+    PyObject** slots = kind == kTupleKind ? &PyTuple_GET_ITEM(out.get(), 0)
+                                          : reinterpret_cast<PyListObject*>(out.get())->ob_item;
+    // One pass: each item classified and taken. Owning them all before f first runs keeps the
+    // items f may remove from a list `tree` (JAX, flattening first, maps them all).
     for (Py_ssize_t i = 0; i < n; ++i) {
-        const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg != &registry::kLeaf) return nullptr;  // see FlattenLeafSequence
+        if (registry::ClassifyCached(items[i]) != &registry::kLeaf) {
+            // Not all plain leaves (see FlattenLeafSequence): `out` releases what was taken
+            // (also held by `tree`: no object dies, no Python code runs).
+            return nullptr;
+        }
+        slots[i] = Py_NewRef(items[i]);
     }
-    // Every item is a leaf: take them all into a buffer of our own (f may change a list
-    // `tree`), map them there, and only then make the output. A container made first would be
-    // reachable from f half-built (GC-tracked, referring to the input's items) and could be
-    // resized under the walk (red-team round 3, repro_15). The buffer's memory comes from the
-    // C++ allocator (no GC runs): `items` is still valid for the copy.
-    RefSmallVector<16> mapped;  // owned
-    mapped.ResizeForOverwrite(static_cast<size_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) mapped[static_cast<size_t>(i)] = Py_NewRef(items[i]);
-    for (size_t i = 0; i < mapped.size(); ++i) {
-        PyObject* args[2] = {nullptr, mapped[i]};
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* args[2] = {nullptr, slots[i]};
         PyObject* r = PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-        if (r == nullptr) return nullptr;  // f's error; `mapped` releases the rest
-        Py_SETREF(mapped[i], r);
+        if (r == nullptr) return nullptr;  // f's error; `out` releases the rest
+        Py_SETREF(slots[i], r);
     }
-    return StealIntoSequence(mapped, /*as_tuple=*/kind == kTupleKind);
+    PyObject_GC_Track(out.get());  // complete: from here on an ordinary container
+    return out.release();
 }
 
 PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {

@@ -127,9 +127,8 @@ class SinglePassMapper {
     // container that Python could reach (gc.get_referrers finds every tracked container that
     // refers to the input's items) would let f resize it and free the slots the walk writes to
     // (red-team round 3, repro_15). The same holds for every output container of every walker:
-    // none is reachable before its last item is known. (A private buffer copied into the output
-    // at the end, as before, cost tree_map over a 100k-item list 1.62x the minimal C floor; this
-    // way 1.2-1.3x.)
+    // none is reachable before its last item is known. (The output itself is the buffer: no
+    // second buffer to allocate and copy out of at the end.)
     //
     // A list is read as flatten reads it (ListKind::Read, kinds_read.h): its length when reached,
     // item i as it is when the walk gets there, so a custom flatten function that rewrites a list
