@@ -50,7 +50,8 @@ DATACLASS_CASES = {
         ("a", "b", "c", "d"), (), dict(data_fields=["a", "q", "r"], meta_fields=["s", "b"])
     ),
     "overlap": (
-        ("a", "b", "c", "d"), (), dict(data_fields=["a", "b", "c", "d"], meta_fields=["d", "c", "b"])
+        ("a", "b", "c", "d"), (),
+        dict(data_fields=["a", "b", "c", "d"], meta_fields=["d", "c", "b"]),
     ),
 }
 MAP_CASES = {
