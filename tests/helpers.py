@@ -1,8 +1,11 @@
 """Shared corpus and comparison helpers for the fastree test suite.
 
 Every behaviour is checked differentially against the installed ``jax.tree_util``: a test runs the
-same call through JAX and through fastree and compares the results. The custom node types below are
-registered through fastree (which also registers them with JAX), so both libraries see them.
+same call through JAX and through fastree and compares the results. JAX's side is always JAX's own
+functions (``fastree.jax_interop.compat.tree_util`` / ``.tree``), never the module attributes:
+under ``python -m fastree.run -m pytest`` those are routed to fastree, and a comparison through
+them would compare fastree with itself. The custom node types below are registered through
+fastree (which also registers them with JAX), so both libraries see them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import fastree
 import fastree.tree_util as tu
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree as jt  # JAX's own, installed or not
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import numpy as np
 import pytest
 
@@ -53,6 +57,33 @@ def parametrize(**axes: Any):
     return pytest.mark.parametrize(names, params)
 
 
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def stable_id(value: Any) -> str:
+    """A pytest id for ``value`` that every process computes alike (for ``ids=``).
+
+    The repr of plain data (scalars, and lists, tuples and dicts of it); otherwise the type's
+    name. A default repr holds an object's address, and a set's repr orders strings by the hash
+    seed: ids built from either differ between pytest-xdist's workers, which then refuse to run.
+    pytest numbers duplicate ids itself.
+
+    >>> stable_id([1, "a"]), stable_id(object()), stable_id(frozenset({"a", "b"}))
+    ("[1, 'a']", 'object', 'frozenset')
+    """
+
+    def plain(v: Any) -> bool:
+        if type(v) in _PLAIN_SCALARS:
+            return True
+        if type(v) in (list, tuple):
+            return all(plain(x) for x in v)
+        if type(v) is dict:
+            return all(plain(k) and plain(x) for k, x in v.items())
+        return False
+
+    return repr(value) if plain(value) else type(value).__name__
+
+
 # ------------------------------------------------------------------------------------------------
 # the installed JAX as the reference
 
@@ -65,7 +96,7 @@ def jax_has(*names: str) -> bool:
     """
     roots = {
         "tree_util": jtu,
-        "tree": jax.tree,
+        "tree": jt,
         "PyTreeDef": jtu.PyTreeDef,
         "default_registry": jtu.default_registry,
     }
@@ -401,6 +432,47 @@ PREDICATES: dict[str, Any] = {
     "always": lambda x: True,
     "never": lambda x: False,
 }
+
+
+def is_leaf_grid(
+    trees: dict[str, Any],
+    predicates: dict[str, Any],
+    *,
+    takes_path: bool = False,
+    names: tuple[str, str] = ("tree", "is_leaf"),
+):
+    """``parametrize(tree=trees, is_leaf=predicates)`` without the items that repeat another.
+
+    A predicate that answers False for every object a walk meets under ``never`` (every node
+    and leaf: the walk is then the whole tree) makes every walker do exactly what ``never``
+    makes it do: call it on the same objects in the same order, get False each time, return the
+    same result. Such an item (``is_pair`` on a tree without a Pair, ``is_dict`` on one without
+    a dict, ...) is left out: the tree's ``never`` item covers its code path. ``None`` (no
+    predicate), ``never`` and every predicate that is True somewhere stay. ``takes_path``: the
+    predicates take ``(key_path, x)``.
+    """
+    assert "never" in predicates, "the grid's never item is what covers the items left out"
+    # JAX's walk gives the objects met; a JAX without path-taking predicates (the tests of
+    # those skip there) gives nothing to trim by.
+    trim = not takes_path or jax_has("tree_util.tree_flatten_with_path(is_leaf_takes_path)")
+    params = []
+    for tree_id, tree in trees.items():
+        met: list[tuple[Any, Any]] = []
+        if not trim:
+            pass
+        elif takes_path:
+            jtu.tree_flatten_with_path(
+                tree, is_leaf=lambda p, x: met.append((p, x)) or False, is_leaf_takes_path=True
+            )
+        else:
+            jtu.tree_flatten(tree, is_leaf=lambda x: met.append(((), x)) or False)
+        for pred_id, pred in predicates.items():
+            fires = not trim or pred is None or pred_id == "never" or any(
+                pred(p, x) if takes_path else pred(x) for p, x in met
+            )
+            if fires:
+                params.append(pytest.param(tree, pred, id=f"{tree_id}-{pred_id}"))
+    return pytest.mark.parametrize(list(names), params)
 
 
 # ------------------------------------------------------------------------------------------------

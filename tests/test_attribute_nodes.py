@@ -18,7 +18,7 @@ import weakref
 import fastree
 import fastree.tree_util as ftu
 import jax
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 from fastree import _core
 from fastree.diagnostics import aux as _aux
@@ -317,7 +317,7 @@ def test_node_in_a_cycle_is_collected():
 
 def test_jit_accepts_attribute_nodes():
     layer = Dense(jax.numpy.ones(2), jax.numpy.zeros(2), "relu")
-    out = jax.jit(lambda d: jax.tree_util.tree_map(lambda x: x + 1, d))(layer)
+    out = jax.jit(lambda d: jtu.tree_map(lambda x: x + 1, d))(layer)
     assert isinstance(out, Dense) and out.activation == "relu"
     assert out.weight.tolist() == [2.0, 2.0]
 

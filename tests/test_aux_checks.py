@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from fastree.diagnostics import aux as _aux
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
+from helpers import stable_id
 
 # The aux_data checks are under test here: on in installed runs too (conftest.py).
 AUX_CHECKS = "warn"
@@ -167,14 +169,24 @@ def test_tree_leaves_builds_no_treedef_and_does_not_check():
         {"k": (1, 2)},
         {3, 4},
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_well_formed_aux_is_silent(aux):
+    # No warning of any kind, and each call's answer is JAX's own (as in a session where the
+    # checks did not exist).
     tree = {"a": AuxNode(1, aux), "b": Layer(2.0, meta=aux)}
-    tu.tree_flatten(tree)
-    tu.tree_structure(tree)
-    tu.tree_flatten_with_path(tree)
-    tu.tree_map(lambda x: x, tree)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        leaves, treedef = tu.tree_flatten(tree)
+        structure = tu.tree_structure(tree)
+        with_path, path_treedef = tu.tree_flatten_with_path(tree)
+        mapped = tu.tree_map(lambda x: x, tree)
+    assert [str(w.message) for w in record] == []
+    jax_leaves, jax_treedef = jtu.tree_flatten(tree)
+    assert leaves == jax_leaves == [1, 2.0]
+    assert treedef.to_jax() == structure.to_jax() == path_treedef.to_jax() == jax_treedef
+    assert with_path == jtu.tree_flatten_with_path(tree)[0]
+    assert mapped["a"].aux is aux and mapped["b"].meta is aux
 
 
 def test_unhashable_aux_works_by_default_and_hashes():
@@ -199,7 +211,7 @@ def test_strict_config_raises_every_time():
     assert not fastree._core.strict_aux()
 
 
-@pytest.mark.parametrize("aux", [[1, 2], {"a": 1}, {1}, (1, [2]), NoHash()], ids=repr)
+@pytest.mark.parametrize("aux", [[1, 2], {"a": 1}, {1}, (1, [2]), NoHash()], ids=stable_id)
 def test_strict_rejects_unhashable(aux):
     tu.tree_structure(AuxNode(1, aux))  # fine by default
     with fastree.strict_aux():

@@ -61,6 +61,7 @@ SCENARIO = textwrap.dedent(
         b: object
         a: object
 
+    # jtu as the program sees it: routed to fastree in the installed child (what is compared).
     def summary(tree):
         leaves, treedef = jtu.tree_flatten(tree)
         paths = [jtu.keystr(p) for p, _ in jtu.tree_flatten_with_path(tree)[0]]
@@ -95,11 +96,12 @@ SCENARIO = textwrap.dedent(
     if sys.argv[1] == "installed":
         from fastree import integrations
         import fastree.tree_util as ftu
+        from fastree.jax_interop.compat import tree_util as jax_own  # not routed: JAX's
         status = {c.__name__: integrations.status(c)
                   for c in (Plain, Frozen, Outer, WithPostInit, NotMappable)}
         same = all(
-            ftu.tree_leaves(t) == jtu.tree_leaves(t)
-            and ftu.tree_structure(t).to_jax() == jtu.tree_structure(t)
+            ftu.tree_leaves(t) == jax_own.tree_leaves(t)
+            and ftu.tree_structure(t).to_jax() == jax_own.tree_structure(t)
             for t in (plain, more, less, Outer(inner=plain, items=[1]))
         )
         print(json.dumps({"status": status, "fastree_agrees": same}))

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import gc
 
-import jax
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 
 import fastree.tree_util as ftu
@@ -68,7 +67,7 @@ def test_reassigned_class_is_classified_by_its_current_type():
     class Plain:
         pass
 
-    @jax.tree_util.register_pytree_node_class
+    @jtu.register_pytree_node_class
     class Node:
         def tree_flatten(self):
             return (5,), None

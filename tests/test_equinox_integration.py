@@ -19,10 +19,10 @@ before install native for fastree, with the same results.
 
 Registration happens when a class is defined, so each side runs in its own child process
 (installed, plain, or accelerated), built from one JSON spec of classes and instances: random ones
-drawn by hypothesis in the parent and a fixed set that names each case above. Each child writes a
-JSON summary; the parent compares the summaries. A child is started once per mode per batch (the
-plain summary is kept for the next mode on the same batch), and children run side by side, so the
-file stays under a minute.
+drawn by hypothesis in the parent (four batches, the same in every run; a failure is shrunk) and a
+fixed set that names each case above. Each child writes a JSON summary; the parent compares the
+summaries. A child is started once per mode per batch (the plain summary is kept for the next mode
+on the same batch), and children run side by side, so the file stays under a minute.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 
 import pytest
 from helpers import skip_unless_integration_knows
-from hypothesis import HealthCheck, Phase, assume, given, seed, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 skip_unless_integration_knows("equinox")
@@ -716,26 +716,31 @@ def case_strategy(draw):
 
 
 @settings(
-    max_examples=2,
+    # Each example is a batch of 8 to 12 cases run by three children side by side (about ten
+    # seconds on two cores: the children's start-up, not the cases, is the cost), so there are
+    # few examples of many cases each; derandomize: the same batches every run, so the test
+    # cannot fail by chance. A failure is shrunk to a smaller batch (hypothesis bounds the time
+    # it spends shrinking).
+    max_examples=4,
     deadline=None,
     database=None,
-    phases=[Phase.explicit, Phase.generate],  # no shrinking: each example starts three children
+    derandomize=True,
     suppress_health_check=list(HealthCheck),
 )
-@seed(20251126)  # fixed (for CI), and the same batches for both modes
-@MODES
-@given(cases=st.lists(case_strategy(), min_size=8, max_size=10))
+@given(cases=st.lists(case_strategy(), min_size=8, max_size=12))
 @pytest.mark.filterwarnings(
     # hypothesis's failure report imports libcst, which warns (mypy_extensions); keep the report
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
 )
-def test_random_modules_match_plain(tmp_path_factory, mode, cases):
+def test_random_modules_match_plain(tmp_path_factory, cases):
     # Not the all-minimal batch hypothesis tries first (every child costs seconds to start).
     assume(sum(len(spec["fields"]) for case in cases for spec in case["classes"]) >= 8)
     for k, case in enumerate(cases):  # class names unique across the batch
         for i, spec in enumerate(case["classes"]):
             spec["name"] = f"M{k}_{i}"
-    check_batch(tmp_path_factory.mktemp("batch"), cases, mode)
+    batch = tmp_path_factory.mktemp("batch")
+    for mode in ("installed", "accelerate"):  # one start of the three children serves both
+        check_batch(batch, cases, mode)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,15 +9,15 @@ import warnings
 
 import fastree
 import fastree.tree_util as tu
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import numpy as np
 import pytest
 from helpers import (
     NT,
-    TREE_DICT,
     NodeClass,
     Pair,
     Point,
+    TREE_DICT,
     Triple,
     assert_same_error,
     assert_same_treedef,
@@ -26,6 +26,7 @@ from helpers import (
     recursion_headroom,
     requires_jax,
     run_script_results,
+    stable_id,
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -356,7 +357,7 @@ def test_unsortable_keys_in_dict_subtypes(tree):
 # is_leaf returning non-bools, other argument errors
 
 
-@pytest.mark.parametrize("value", [1, 0, "x", [], 1.0], ids=repr)
+@pytest.mark.parametrize("value", [1, 0, "x", [], 1.0], ids=stable_id)
 @pytest.mark.parametrize("op", ["tree_flatten", "tree_leaves", "tree_structure", "tree_map"])
 def test_is_leaf_non_bool(value, op):
     def call(m):
@@ -585,16 +586,50 @@ def test_recursion_error_under_default_limit():
                 op(_nest(RAISED_DEPTH))
 
 
+_DEEP_TREEDEF_UNDER_LOWER_LIMIT = """
+import sys
+import fastree.tree_util as tu
+from fastree.jax_interop.compat import tree_util as jtu
+
+def nest(n, leaf):
+    x = leaf
+    for _ in range(n):
+        x = [x]
+    return x
+
+raised = sys.getrecursionlimit() + 8000
+sys.setrecursionlimit(raised)
+td = tu.tree_structure(nest({depth}, 1))
+jax_repr = repr(jtu.tree_structure(nest({depth}, 1)))
+checks = {{
+    "unflatten": (lambda: td.unflatten([2]), lambda out: out == nest({depth}, 2)),
+    "repr": (lambda: repr(td), lambda out: out == jax_repr),
+    "eq": (lambda: td == tu.tree_structure(1), lambda out: out is False),
+}}
+for name, (op, right) in checks.items():
+    sys.setrecursionlimit(500)
+    try:
+        out = op()
+    except RecursionError as error:
+        outcome = "RecursionError" if "maximum recursion depth" in str(error) else repr(error)
+    else:
+        sys.setrecursionlimit(raised)  # the check compares nested lists
+        outcome = "right" if right(out) else "wrong"
+    sys.setrecursionlimit(raised)
+    print(f"{{name}}={{outcome}}", flush=True)
+"""
+
+
 def test_deep_treedef_under_lower_limit_does_not_crash():
-    with recursion_headroom(8000):
-        td = tu.tree_structure(_nest(RAISED_DEPTH))
-    with recursion_headroom(500):
-        # either works or raises RecursionError; anything else (or a crash) is a bug
-        for op in (lambda: td.unflatten([1]), lambda: repr(td), lambda: td == tu.tree_structure(1)):
-            try:
-                op()
-            except RecursionError:
-                pass
+    # A treedef built under a raised limit, used under a low one: each operation answers
+    # rightly or raises RecursionError; anything else, a crash above all, is a bug. In a child
+    # process, so that a crash fails this test instead of ending the run.
+    results, proc = run_script_results(
+        _DEEP_TREEDEF_UNDER_LOWER_LIMIT.format(depth=RAISED_DEPTH)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list(results) == ["unflatten", "repr", "eq"], proc.stdout
+    assert set(results.values()) <= {"right", "RecursionError"}, results
 
 
 # ------------------------------------------------------------------------------------------------
@@ -753,7 +788,7 @@ def test_tree_unflatten_takes_a_jax_treedef_as_jax_does():
     assert tu.tree_unflatten(jax_treedef, [3, 4]) == jtu.tree_unflatten(jax_treedef, [3, 4])
 
 
-@pytest.mark.parametrize("not_a_treedef", [None, [1], 3, "td"], ids=repr)
+@pytest.mark.parametrize("not_a_treedef", [None, [1], 3, "td"], ids=stable_id)
 def test_tree_unflatten_with_a_non_treedef_fails_as_in_jax(not_a_treedef):
     assert_same_error(
         lambda: jtu.tree_unflatten(not_a_treedef, [1]),

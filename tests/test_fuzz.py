@@ -18,9 +18,9 @@ import pickle
 import sys
 from typing import Any, NamedTuple
 
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
-from helpers import KeysClass, Keyed, NodeClass, Pair, Point, StaticTag
+from helpers import Keyed, KeysClass, NodeClass, Pair, Point, StaticTag, stable_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -667,7 +667,7 @@ def test_error_paths_leave_recursion_counter_alone():
 
 
 @pytest.mark.parametrize(
-    "tree", [{}, [{}], {"a": {}}, ({}, {"b": 1}, {}), [{"a": 1}, {}]], ids=repr
+    "tree", [{}, [{}], {"a": {}}, ({}, {"b": 1}, {}), [{"a": 1}, {}]], ids=stable_id
 )
 def test_empty_dicts(tree):
     """Empty dicts own no key slots: treedefs whose key vector is empty, or whose last dict is

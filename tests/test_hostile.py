@@ -26,7 +26,7 @@ import textwrap
 import fastree
 import fastree.tree_util as tu
 import jax
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 from helpers import capture, rlimit_sweep_source, run_script_results, used_recursion_depth
 

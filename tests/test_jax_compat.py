@@ -25,6 +25,7 @@ from fastree import _statetree
 from fastree.jax_interop import bridge as _jax_bridge
 from fastree.jax_interop import compat as _jax_compat
 from fastree.jax_interop.compat import tree_util as jtu  # JAX's own objects, installed or not
+from helpers import stable_id
 
 PACKAGE = pathlib.Path(fastree.__file__).parent
 JAX_VERSION = tuple(int(p) for p in re.findall(r"\d+", jax.__version__)[:3])
@@ -126,7 +127,7 @@ def test_register_dataclass_entries_and_their_fields():
     assert _jax_compat.jax_dataclass_fields(int) is None
 
 
-@pytest.mark.parametrize("tree", [TREES["jax-dataclass"], TREES["jax-explicit"]], ids=str)
+@pytest.mark.parametrize("tree", [TREES["jax-dataclass"], TREES["jax-explicit"]], ids=stable_id)
 def test_jax_only_dataclass_keys_are_jax_paths(tree):
     # The core adopts such a type as a custom node; the fields read through the adapter give
     # the key paths JAX gives (structure diffs and error paths use them).

@@ -16,7 +16,7 @@ every walker of both libraries.
 from __future__ import annotations
 
 import fastree.tree_util as tu
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 
 

@@ -5,8 +5,8 @@ import dataclasses
 from typing import NamedTuple
 
 import fastree.tree_util as tu
-import jax
 import pytest
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 
 
 class Point(NamedTuple):
@@ -73,12 +73,12 @@ def paths_from_records(records):
 @pytest.mark.parametrize("tree", TREES, ids=lambda t: type(t).__name__)
 def test_child_keys_rebuild_jax_paths(tree):
     records = tu.tree_structure(tree)._nodes()
-    expected = [p for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    expected = [p for p, _ in jtu.tree_flatten_with_path(tree)[0]]
     if isinstance(tree, dict) and "box" in tree:
         # A custom node registered without keys: JAX numbers its children.
         assert expected == [
-            (jax.tree_util.DictKey("box"), jax.tree_util.FlattenedIndexKey(0), k)
-            for k in (jax.tree_util.SequenceKey(0), jax.tree_util.SequenceKey(1))
+            (jtu.DictKey("box"), jtu.FlattenedIndexKey(0), k)
+            for k in (jtu.SequenceKey(0), jtu.SequenceKey(1))
         ]
     assert paths_from_records(records) == expected
 

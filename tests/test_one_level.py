@@ -3,7 +3,7 @@
 import dataclasses
 
 import fastree.tree_util as tu
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 from helpers import assert_same_error, requires_jax
 

@@ -2,7 +2,7 @@
 
 import collections
 
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 from helpers import NT, KeysClass, NodeClass, Pair, Point, assert_trees_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import fastree
 import fastree.tree_util as tu
-import jax
 import numpy as np
 import pytest
 from fastree import _core, _statetree, _values, _walk
@@ -299,5 +298,5 @@ def test_jax_conversions_of_nested_identity_nodes_with_sharing():
     for route in routes:
         converted = route(td, nodes)
         assert fastree.from_jax(converted) == td
-        leaves = jax.tree_util.tree_leaves(converted.unflatten(range(converted.num_leaves)))
+        leaves = jtu.tree_leaves(converted.unflatten(range(converted.num_leaves)))
         assert len(leaves) == td.num_leaves

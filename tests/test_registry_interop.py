@@ -9,7 +9,7 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import numpy as np
 import pytest
 from helpers import (

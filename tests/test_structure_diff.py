@@ -7,7 +7,7 @@ import itertools
 
 import fastree
 import fastree.tree_util as tu
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 from fastree.diagnostics.diff import _diff_states, explain_retrace
 from helpers import NT, TREE_DICT, NodeClass, Pair, Point, Triple

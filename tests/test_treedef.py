@@ -5,7 +5,7 @@ import pickle
 
 import fastree
 import fastree.tree_util as tu
-import jax.tree_util as jtu
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
 from helpers import (
     TREE_DICT,

@@ -187,10 +187,37 @@ def test_too_deep_and_endless_raise_recursion_error(walker):
 @pytest.mark.parametrize("walker", list(WALKERS.values()), ids=list(WALKERS))
 @pytest.mark.parametrize("build", list(CYCLES.values()), ids=list(CYCLES))
 def test_is_leaf_stops_before_a_cycle(walker, build):
+    # The cycle made a leaf by is_leaf: the walker answers as if a plain leaf stood there. The
+    # rest of the tree holds one custom node (audit lists it) and one shared array (find_shared
+    # lists it), so the answers compared are not empty.
     tree = build()
+    shared = np.zeros(1)
+    rest = [Plain(shared, aux="a"), shared]
     with bounded():
-        walker([tree, Plain(1, aux="a")], is_leaf=lambda x: x is tree)
-        walker([Endless(), deep_list(5000)], is_leaf=lambda x: isinstance(x, (Endless, list)))
+        got = walker([tree, *rest], is_leaf=lambda x: x is tree)
+    expected = walker([object(), *rest])
+    assert _answer(got) == _answer(expected)
+    assert len(_answer(expected)) == 1
+
+
+def test_is_leaf_stops_before_an_endless_node_and_a_deep_list():
+    deep = deep_list(5000)
+    tree = (Endless(), deep, deep)
+    is_leaf = lambda x: isinstance(x, (Endless, list))  # noqa: E731
+    with bounded():
+        assert fastree.audit(tree, is_leaf=is_leaf).entries == ()
+        found = fastree.find_shared(tree, is_leaf=is_leaf)
+    assert [(s.obj, s.paths) for s in found] == [
+        (deep, [(tu.SequenceKey(1),), (tu.SequenceKey(2),)])
+    ]
+
+
+def _answer(result) -> list:
+    # What a walker reported, comparable across calls: audit's entries as printed (key path,
+    # node type, aux_data, verdict), find_shared's objects by identity with their key paths.
+    if isinstance(result, fastree.AuditReport):
+        return str(result).splitlines()[1:]
+    return [(id(s.obj), s.paths) for s in result]
 
 
 @pytest.mark.parametrize("build", list(DAGS.values()), ids=list(DAGS))

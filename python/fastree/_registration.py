@@ -225,11 +225,15 @@ def _check_dataclass_fields(
     nodetype: type[Any], data: tuple[str, ...], meta: tuple[str, ...], drop_fields: Sequence[str]
 ) -> None:
     # The rules JAX's register_dataclass enforces, for the identity-preserving path (which
-    # registers with JAX through other functions and so does not get JAX's checks).
+    # registers with JAX through other functions and so does not get JAX's checks). The messages
+    # print sets, whose order of str items depends on the hash seed and on the order the items
+    # went in: each set is built as JAX builds it (same items, same insertion order, meta fields
+    # first), so the texts are JAX's under every PYTHONHASHSEED. Discarding does not move the
+    # items left, so how the dropped names are removed does not matter.
     if dataclasses.is_dataclass(nodetype):
         init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
         init_fields -= _jax_compat.jax_dropped_names(drop_fields)
-        given = {*data, *meta}
+        given = {*meta, *data}
         if given != init_fields:
             # JAX's text (every supported release): each part only when it has fields.
             message = (
