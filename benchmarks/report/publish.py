@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from benchmarks.measure.results import RunResult
 from benchmarks.report.markdown import render_markdown
-from benchmarks.results import RunResult
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent.parent
 PUBLISHED_REPORT = "RESULTS.md"

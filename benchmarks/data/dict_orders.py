@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from benchmarks.leaves import LeafFactory
+from benchmarks.data.leaves import LeafFactory
 
 NUM_KEYS = 10_000
 SEED = 20_261_123
