@@ -714,3 +714,17 @@ def test_charts_draw_every_panel(tmp_path: Path) -> None:
         write_chart(empty, tmp_path / "empty.png")
     with pytest.raises(Unsupported):
         write_detail_chart(empty, tmp_path / "empty.png")
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed")
+def test_publish_from_results_json(tmp_path: Path, quick_run: Path) -> None:
+    """A run is published from its results.json, nothing timed again; a filtered one is not."""
+    from benchmarks.report.publish import main
+
+    source = tmp_path / "results.json"
+    _synthetic_result().write(source)
+    assert main([str(source), "--destination", str(tmp_path)]) == 0
+    assert "do not edit by hand" in (tmp_path / PUBLISHED_REPORT).read_text()
+    assert (tmp_path / PUBLISHED_DETAILS).stat().st_size > 10_000
+    with pytest.raises(SystemExit):
+        main([str(quick_run / "results.json"), "--destination", str(tmp_path)])

@@ -98,7 +98,7 @@ class WorkloadRow:
     """Process pairs that timed it."""
     plain_samples: list[float] = field(default_factory=list)
     installed_samples: list[float] = field(default_factory=list)
-    """Each round's ns per call (its process's median over repeats), in round order."""
+    """Each round's ns per call (its process's fastest repeat), in round order."""
     loops: dict[str, int] = field(default_factory=dict)
     """Calls per repeat in the last round, per mode."""
     not_run: str | None = None

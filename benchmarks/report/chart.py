@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from benchmarks.report.palette import (
 )
 from benchmarks.report.plotting import ONE_X_LINE, log_speedup_axis, pyplot, speedup_label
 from benchmarks.unsupported import Unsupported
+
+CAPTION_WIDTH = 190
+"""Characters per caption line: what a 15-inch figure holds at 9 points."""
 
 
 def write_chart(result: RunResult, path: Path) -> None:
@@ -77,7 +81,11 @@ def caption(result: RunResult) -> str:
     env, settings = result.environment, result.settings
     trees = [tree.name for tree in result.trees]
     versions = ", ".join(f"{name} {version}" for name, version in result.libraries.items())
-    timed = [row for row in result.rows if row.library != result.baseline and row.confidence]
+    timed = [
+        row
+        for row in result.rows
+        if row.library != result.baseline and row.confidence and row.op != MEMORY_OP
+    ]
     confidence = min((row.confidence or 0 for row in timed), default=0)
     workload_rounds = next((w.rounds for w in result.workloads if w.rounds), 0)
     workload_conf = next((w.confidence for w in result.workloads if w.confidence), 0)
@@ -98,7 +106,7 @@ def caption(result: RunResult) -> str:
         )
         + ". Details: report.md.",
     ]
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
 
 
 def _ops_panel(
@@ -275,9 +283,11 @@ def _memory_panel(ax: Any, result: RunResult, rows: list[Any]) -> None:
             _patch("#222222" if n == result.baseline else color_of(n, libraries), label_of(n))
             for n in libraries
         ],
-        loc="lower right",
+        # Outside the axes, right of them: the bars can never run under it.
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
         fontsize=8,
-        frameon=True,
+        frameon=False,
     )
 
 

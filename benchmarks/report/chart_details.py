@@ -22,6 +22,7 @@ from benchmarks.unsupported import Unsupported
 
 MAX_DECADES = 3.0
 """The colour scale runs from 1x to 1000x; larger ratios take the darkest shade."""
+MIN_TREES_FOR_OWN_ROW = 3
 ROW_INCHES = 0.34
 PANEL_EXTRA_INCHES = 1.3
 
@@ -36,15 +37,27 @@ def write_detail_chart(result: RunResult, path: Path) -> None:
         raise Unsupported(
             f"no ratios to draw: {result.baseline} did not run alongside another library"
         )
-    heights = [len(trees) * ROW_INCHES + PANEL_EXTRA_INCHES for _name, trees, _ops in panels]
+    # Peers that ran on a few trees only (nnx split/merge, fastree's own variants) share the last
+    # row, side by side, instead of a full-width panel each.
+    major = [panel for panel in panels if len(panel[1]) >= MIN_TREES_FOR_OWN_ROW]
+    minor = [panel for panel in panels if len(panel[1]) < MIN_TREES_FOR_OWN_ROW]
+    heights = [len(trees) * ROW_INCHES + PANEL_EXTRA_INCHES for _name, trees, _ops in major]
+    if minor:
+        heights.append(max(len(trees) for _n, trees, _o in minor) * ROW_INCHES + PANEL_EXTRA_INCHES)
     figure = plt.figure(figsize=(15, sum(heights) + 2.2), layout="constrained")
-    grid = figure.add_gridspec(len(panels), 1, height_ratios=heights)
+    grid = figure.add_gridspec(len(heights), 1, height_ratios=heights)
     blues = colormaps["Blues"]
-    for index, (peer, trees, ops) in enumerate(panels):
+    for index, (peer, trees, ops) in enumerate(major):
         _panel(figure.add_subplot(grid[index]), result, peer, trees, ops, blues)
+    if minor:
+        row = grid[len(major)].subgridspec(
+            1, len(minor), width_ratios=[len(ops) + 1.5 for _p, _t, ops in minor], wspace=0.15
+        )
+        for index, (peer, trees, ops) in enumerate(minor):
+            _panel(figure.add_subplot(row[index]), result, peer, trees, ops, blues)
     figure.suptitle(
         f"Every cell: peer time / {result.baseline} time (blue: {result.baseline} faster; "
-        "grey: same, interval includes 1×; red: slower)",
+        "grey: same, interval includes 1×; red: slower; hatched: not run)",
         fontsize=14,
         fontweight="bold",
     )
@@ -111,9 +124,7 @@ def _panel(
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_title(
-        f"vs {label_of(peer)} (hatched: not run on that tree)", fontsize=11, loc="left", pad=22
-    )
+    ax.set_title(f"vs {label_of(peer)}", fontsize=11, loc="left", pad=22)
 
 
 def _rect(x: int, y: int, color: Any, hatch: str | None = None) -> Any:

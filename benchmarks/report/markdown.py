@@ -407,7 +407,7 @@ def _method(result: RunResult) -> list[str]:
         "- Functions mapped are trivial (`lambda x: x`, `lambda x, y, z: x`, "
         "`lambda path, x: x`). flatten_up_to uses the tree's own full treedef.",
         f"- Workloads: {settings.get('workload_rounds')} rounds, each a plain and an installed "
-        "process in alternating order; each process reports the median of "
+        "process in alternating order; each process reports the fastest of "
         f"{settings.get('workload_repeats')} loops of "
         f"~{settings.get('workload_target_ms_per_repeat')} ms after two warm-up calls. A round's "
         "ratio is plain / installed. JAX's compilation cache is shared by the processes of a "
