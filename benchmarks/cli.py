@@ -66,8 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         metavar="N",
-        help="pairs of processes (plain, installed) per end-to-end workload (default: 4 with "
-        "--quick, 9 without); more rounds, narrower intervals",
+        help="rounds per pair of processes (plain, installed first) for the end-to-end "
+        "workloads (default: 5 with --quick, 7 without); more rounds, narrower intervals",
     )
     parser.add_argument(
         "--write-results",

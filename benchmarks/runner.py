@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -92,9 +93,9 @@ def run(args: argparse.Namespace) -> RunResult:
             "max_seconds_per_case": settings.rounds.max_seconds,
             "confidence": stats.CONFIDENCE,
             "memory_rounds": settings.memory_rounds,
+            "workload_pairs": settings.workload_pairs,
             "workload_rounds": workload_rounds(settings, args),
-            "workload_target_ms_per_repeat": settings.workload_target_ns / 1e6,
-            "workload_repeats": settings.workload_repeats,
+            "workload_target_ms_per_round": settings.workload_target_ns / 1e6,
             "only": list(args.only),
             "leaves": args.leaves or "default",
             "device": args.device,
@@ -182,13 +183,7 @@ def _run_workloads(
     settings: Settings, args: argparse.Namespace, result: RunResult
 ) -> list[WorkloadRow]:
     """The end-to-end workloads --only selects (all of them by default), after the trees."""
-    import tempfile
-
-    from benchmarks.measure.workloads import (
-        child_spawner,
-        installed_mode_unavailable,
-        run_workloads,
-    )
+    from benchmarks.measure.workloads import installed_mode_unavailable, run_workloads
     from benchmarks.workloads import WORKLOAD_OP, WORKLOADS
 
     workloads = [w for w in WORKLOADS if case_selected(WORKLOAD_OP, w.name, args.only)]
@@ -196,8 +191,8 @@ def _run_workloads(
         return []
     rounds = workload_rounds(settings, args)
     _progress(
-        f"end-to-end workloads: {len(workloads)}, plain vs fastree installed first, "
-        f"{rounds} rounds of two processes"
+        f"end-to-end workloads: {len(workloads)}, plain vs fastree installed first: "
+        f"{settings.workload_pairs} pairs of processes, {rounds} rounds each"
     )
     why_not = installed_mode_unavailable()
     if why_not is not None:
@@ -205,25 +200,32 @@ def _run_workloads(
         return [
             WorkloadRow(w.name, w.description, w.why, w.group, not_run=why_not) for w in workloads
         ]
-    # One compilation cache for every child of this run: each mode's warm-up would otherwise
-    # compile the same programs again in every process (the timed calls run compiled code
-    # either way).
+    # One compilation cache for every child of this run: each process's warm-up would otherwise
+    # compile the same programs again (the timed calls run compiled code either way).
+    cache_settings = {
+        "JAX_COMPILATION_CACHE_DIR": None,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
     with tempfile.TemporaryDirectory(prefix="fastree-bench-jax-cache-") as cache:
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
-        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-        os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+        cache_settings["JAX_COMPILATION_CACHE_DIR"] = cache
+        saved = {name: os.environ.get(name) for name in cache_settings}
+        os.environ.update({name: value for name, value in cache_settings.items() if value})
         try:
-            spawn = child_spawner(
-                settings.workload_size, settings.workload_target_ns, settings.workload_repeats
+            rows = run_workloads(
+                workloads,
+                settings.workload_size,
+                settings.workload_target_ns,
+                settings.workload_pairs,
+                rounds,
+                progress=_progress,
             )
-            rows = run_workloads(workloads, rounds, spawn, progress=_progress)
         finally:
-            for name in (
-                "JAX_COMPILATION_CACHE_DIR",
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
-            ):
-                os.environ.pop(name, None)
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     for row in rows:
         _progress(_workload_line(row))
     return rows

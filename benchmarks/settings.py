@@ -6,13 +6,13 @@ rounds, then more until every ratio's interval is within ``rounds.tolerance`` (s
 at 11 rounds; a full run asks for +-2% and goes to 25. Either way each ratio is reported with the
 interval it reached, so an imprecise figure says so instead of passing for a precise one.
 
-End-to-end workloads: ``workload_rounds`` pairs of child processes (plain, installed), each child
-timing every workload for ``workload_repeats`` loops of ``workload_target_ns`` after a warm-up and
-reporting the fastest.
-Their cost is the processes (imports, building, compiling: about 15 s a process on a busy 2-core
-machine, with JAX's compilation cache shared between them), so a quick run takes 4 rounds, whose
-interval (the rounds' whole range) covers the median with 87.5% confidence; a full run takes 9
-(its second-smallest and second-largest ratios bound the median with 96% confidence).
+End-to-end workloads: ``workload_pairs`` pairs of child processes (plain, installed first) side
+by side; in each pair both build every workload, then take turns timing it for
+``workload_rounds`` rounds (each turn: the fastest of three loops of ``workload_target_ns / 3``).
+The processes' start-up (imports, building, compiling: 10-40 s a process on a busy 2-core
+machine, with JAX's compilation cache shared between them) is most of the cost, and the rounds
+are cheap; a quick run takes 2 pairs x 5 rounds (10 ratios: an interval with 97.9% confidence),
+a full run 3 pairs x 7 rounds.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ class Settings:
     """Leaf kinds run on top of numpy for some trees when --leaves is not given."""
     workload_size: str
     """Which of each workload's sizes to build ("quick" or "full"; tests use "tiny")."""
+    workload_pairs: int
+    """Pairs of child processes (plain, installed first) started one after the other."""
     workload_rounds: int
-    """Pairs of child processes (plain, installed) per workload."""
+    """Rounds per pair: each process times each workload once per round, taking turns."""
     workload_target_ns: int
-    """Each workload repeat runs its call in a loop sized to take about this long."""
-    workload_repeats: int
-    """Timed repeats per workload in each child; the child reports the fastest."""
+    """Each process's turn in a round runs the call in loops totalling about this long."""
 
 
 QUICK = Settings(
@@ -54,9 +54,9 @@ QUICK = Settings(
     memory_rounds=3,
     extra_leaf_kinds={},
     workload_size="quick",
-    workload_rounds=4,
+    workload_pairs=2,
+    workload_rounds=5,
     workload_target_ns=10_000_000,
-    workload_repeats=5,
 )
 
 FULL = Settings(
@@ -72,9 +72,9 @@ FULL = Settings(
         "transformer-1000": ("jax",),
     },
     workload_size="full",
-    workload_rounds=9,
-    workload_target_ns=100_000_000,
-    workload_repeats=5,
+    workload_pairs=3,
+    workload_rounds=7,
+    workload_target_ns=50_000_000,
 )
 
 

@@ -34,7 +34,7 @@ from benchmarks.libraries import LOADERS  # noqa: E402
 from benchmarks.libraries.base import compare_leaves  # noqa: E402
 from benchmarks.measure import stats  # noqa: E402
 from benchmarks.measure.calls import CALLS  # noqa: E402
-from benchmarks.measure.child import MODE_KEY  # noqa: E402
+from benchmarks.measure.child import ANSWER_PREFIX, serve  # noqa: E402
 from benchmarks.measure.guard import leaves_disagreement  # noqa: E402
 from benchmarks.measure.install import fastree_installer  # noqa: E402
 from benchmarks.measure.results import Row, RunResult, TreeInfo, WorkloadRow  # noqa: E402
@@ -42,7 +42,6 @@ from benchmarks.measure.timing import Rounds, measure  # noqa: E402
 from benchmarks.measure.workloads import (  # noqa: E402
     INSTALLED,
     PLAIN,
-    child_spawner,
     installed_mode_unavailable,
     run_workloads,
 )
@@ -158,7 +157,7 @@ def test_results_json_has_expected_rows(quick_run: Path) -> None:
     (workload,) = result.workloads
     if workload.not_run is None:
         assert workload.plain > 0 and workload.installed > 0 and workload.speedup > 0
-        assert workload.rounds == 1 and workload.verdict == "same"  # one round proves nothing
+        assert workload.rounds == QUICK.workload_pairs  # one round per pair (--workload-rounds 1)
     else:
         # No fastree.installed() (or fastree missing): said so, not silently dropped.
         assert workload.not_run.startswith("unavailable"), workload.not_run
@@ -384,7 +383,7 @@ def workload_rows() -> dict[str, WorkloadRow]:
     """Every workload at its tiny size: one plain and one installed process, one round."""
     if installed_mode_unavailable() is not None:
         pytest.skip(installed_mode_unavailable())
-    rows = run_workloads(WORKLOADS, 1, child_spawner("tiny", 0, 1))
+    rows = run_workloads(WORKLOADS, "tiny", 0, pairs=1, rounds=1)
     return {row.name: row for row in rows}
 
 
@@ -399,8 +398,30 @@ def test_workload_runs_plain_and_installed(
     assert row.not_run is None, row.not_run
     assert row.plain > 0 and row.installed > 0 and row.speedup > 0 and row.rounds == 1
     assert row.loops == {"plain": 1, "installed": 1}
+    assert row.verdict == "same"  # one round proves nothing
     assert row.why and row.description.startswith(workload.description)
     assert set(workload.sizes) == {"tiny", "quick", "full"}
+
+
+def test_child_answers_requests() -> None:
+    """The child's protocol, served in this process: mode, build, time, and failures."""
+    import io
+
+    requests = [
+        {"cmd": "mode"},
+        {"cmd": "build", "name": "checkpoint-paths", "size": "tiny", "target_ns": 0},
+        {"cmd": "time", "name": "checkpoint-paths"},
+        {"cmd": "build", "name": "no-such-workload", "size": "tiny", "target_ns": 0},
+    ]
+    out = io.StringIO()
+    serve([json.dumps(r) + "\n" for r in requests], out)
+    lines = out.getvalue().splitlines()
+    assert all(line.startswith(ANSWER_PREFIX) for line in lines)
+    mode, built, timed, missing = (json.loads(line[len(ANSWER_PREFIX) :]) for line in lines)
+    assert set(mode) == {"installed"}
+    assert built["loops"] == 1 and len(built["fingerprint"]) == 64 and "layers" in built["size"]
+    assert timed["ns"] > 0
+    assert missing == {"not_run": "no workload named 'no-such-workload'"}
 
 
 def test_installed_mode_needs_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -428,82 +449,120 @@ def _toy(name: str = "toy") -> Workload:
     return Workload(name, "a toy", "nothing", lambda _size: None, {"tiny": 1})  # type: ignore
 
 
-def _record(ns: float, fingerprint: str = "same", **extra: Any) -> dict[str, Any]:
-    return {"size": "toy", "fingerprint": fingerprint, "median_ns": ns, "loops": 1, **extra}
+class _Child:
+    """Stands in for a child process: answers from a function, logs every request."""
+
+    def __init__(self, mode: str, answer, log: list, installed: bool | None = None) -> None:
+        self.mode, self.answer, self.log = mode, answer, log
+        self.installed = (mode == INSTALLED) if installed is None else installed
+        self.closed = False
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.log.append((self.mode, request["cmd"]))
+        if request["cmd"] == "mode":
+            return {"installed": self.installed}
+        return self.answer(self.mode, request, len(self.log))
+
+    def close(self) -> None:
+        self.closed = True
 
 
-class _Spawner:
-    """Stands in for the child processes: answers from a table, records what was asked."""
+def _spawner(answer, installed: bool | None = None):
+    log: list = []
+    children: list[_Child] = []
 
-    def __init__(self, answer) -> None:
-        self.answer, self.calls = answer, []
+    def spawn(mode: str) -> _Child:
+        children.append(_Child(mode, answer, log, installed))
+        return children[-1]
 
-    def __call__(self, mode: str, names: list[str]) -> dict[str, Any]:
-        self.calls.append((mode, list(names)))
-        out = {MODE_KEY: {"installed": mode == INSTALLED}}
-        for name in names:
-            out[name] = self.answer(mode, name, len(self.calls))
-        return out
+    return spawn, log, children
 
 
-def test_workload_rounds_alternate_and_pair() -> None:
-    spawn = _Spawner(lambda mode, _name, call: _record(2000.0 if mode == PLAIN else 1000.0 + call))
-    (row,) = run_workloads([_toy()], 4, spawn)
-    assert [mode for mode, _ in spawn.calls] == [PLAIN, INSTALLED, INSTALLED, PLAIN] * 2
-    assert row.rounds == 4 and row.not_run is None
-    # Installed answers 1002, 1003, 1006, 1007 ns in its rounds (the call count in the ratio).
-    assert row.installed_samples == [1002.0, 1003.0, 1006.0, 1007.0]
-    assert row.speedup == pytest.approx(
-        statistics_median([2000 / x for x in row.installed_samples])
-    )
-    assert row.speedup_low == pytest.approx(2000 / 1007) and row.speedup_high == 2.0 / 1.002
-    assert row.verdict == "faster" and row.confidence == 0.875
+def _built(fingerprint: str = "same") -> dict[str, Any]:
+    return {"size": "toy", "fingerprint": fingerprint, "loops": 1}
 
 
-def statistics_median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return (ordered[middle - 1] + ordered[middle]) / 2 if len(ordered) % 2 == 0 else ordered[middle]
+def test_workload_rounds_take_turns_and_pair() -> None:
+    counter = {"installed": 1000.0}
+
+    def answer(mode: str, request: dict[str, Any], _n: int) -> dict[str, Any]:
+        if request["cmd"] == "build":
+            return _built()
+        if mode == PLAIN:
+            return {"ns": 2000.0}
+        counter["installed"] += 1
+        return {"ns": counter["installed"]}
+
+    spawn, log, children = _spawner(answer)
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=2, rounds=3, spawn=spawn)
+    timed = [mode for mode, command in log if command == "time"]
+    # Each round: both processes, which goes first alternating; the next pair starts over.
+    assert timed == [PLAIN, INSTALLED, INSTALLED, PLAIN, PLAIN, INSTALLED] * 2
+    assert len(children) == 4 and all(child.closed for child in children)
+    assert row.rounds == 6 and row.not_run is None
+    assert row.installed_samples == [1001.0, 1002.0, 1003.0, 1004.0, 1005.0, 1006.0]
+    assert row.plain_samples == [2000.0] * 6
+    ratios = sorted(2000.0 / x for x in row.installed_samples)
+    assert row.speedup == pytest.approx((ratios[2] + ratios[3]) / 2)
+    assert (row.speedup_low, row.speedup_high) == (ratios[0], ratios[-1])
+    assert row.verdict == "faster" and row.confidence == pytest.approx(0.96875)
 
 
 def test_workload_whose_modes_disagree_is_excluded() -> None:
-    spawn = _Spawner(lambda mode, _name, _call: _record(1.0, fingerprint=mode))
-    (row,) = run_workloads([_toy()], 3, spawn)
+    spawn, log, _ = _spawner(lambda mode, _request, _n: _built(fingerprint=mode))
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=2, rounds=3, spawn=spawn)
     assert row.speedup is None and row.not_run.startswith("EXCLUDED"), row.not_run
-    assert len(spawn.calls) == 2  # dropped after the first round
+    assert not any(command == "time" for _mode, command in log)  # never timed
 
 
 def test_workload_failing_when_installed_is_reported() -> None:
-    def answer(mode: str, name: str, _call: int) -> dict[str, Any]:
-        if mode == INSTALLED and name == "bad":
-            return {"not_run": "raised ValueError: boom"}
-        return _record(1.0)
+    def answer(mode: str, request: dict[str, Any], _n: int) -> dict[str, Any]:
+        if request["cmd"] == "build":
+            if mode == INSTALLED and request["name"] == "bad":
+                return {"not_run": "raised ValueError: boom"}
+            return _built()
+        return {"ns": 1.0}
 
-    rows = run_workloads([_toy("bad"), _toy("good")], 3, _Spawner(answer))
+    spawn, _log, _ = _spawner(answer)
+    rows = run_workloads([_toy("bad"), _toy("good")], "tiny", 0, pairs=1, rounds=3, spawn=spawn)
     assert rows[0].not_run == "raised ValueError: boom (in the installed process only)"
     assert rows[1].not_run is None and rows[1].rounds == 3
 
 
+def test_workload_failing_while_timed_is_reported() -> None:
+    def answer(mode: str, request: dict[str, Any], n: int) -> dict[str, Any]:
+        if request["cmd"] == "build":
+            return _built()
+        if mode == INSTALLED and n > 8:
+            return {"not_run": "raised KeyError: 'late'"}
+        return {"ns": 1.0}
+
+    spawn, _log, _ = _spawner(answer)
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=1, rounds=5, spawn=spawn)
+    assert row.not_run == "raised KeyError: 'late' (in the installed process)"
+
+
 def test_workload_missing_library_is_unavailable_in_both() -> None:
-    spawn = _Spawner(lambda *_args: {"not_run": "unavailable: equinox is not installed"})
-    (row,) = run_workloads([_toy()], 2, spawn)
+    spawn, _log, _ = _spawner(lambda *_args: {"not_run": "unavailable: equinox is not installed"})
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=2, rounds=2, spawn=spawn)
     assert row.not_run == "unavailable: equinox is not installed"
 
 
 def test_workload_process_that_did_not_install_is_refused() -> None:
-    def spawn(mode: str, names: list[str]) -> dict[str, Any]:
-        return {MODE_KEY: {"installed": False}, **{name: _record(1.0) for name in names}}
-
-    (row,) = run_workloads([_toy()], 2, spawn)
+    spawn, _log, children = _spawner(lambda *_args: _built(), installed=False)
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=1, rounds=2, spawn=spawn)
     assert row.not_run == "unavailable: the installed process ran with fastree not installed"
+    assert all(child.closed for child in children)
 
 
-def test_workload_process_that_crashed_is_reported() -> None:
-    def spawn(mode: str, names: list[str]) -> dict[str, Any]:
-        raise RuntimeError(f"the {mode} process failed (exit 1): Segmentation fault")
+def test_workload_process_that_died_is_reported() -> None:
+    def answer(mode: str, request: dict[str, Any], _n: int) -> dict[str, Any]:
+        raise RuntimeError(f"the {mode} process failed (exit -11): Segmentation fault")
 
-    (row,) = run_workloads([_toy()], 2, spawn)
-    assert row.not_run.startswith("the plain process failed")
+    spawn, _log, children = _spawner(answer)
+    (row,) = run_workloads([_toy()], "tiny", 0, pairs=1, rounds=2, spawn=spawn)
+    assert row.not_run.startswith("the plain process failed (exit -11)")
+    assert all(child.closed for child in children)
 
 
 def test_run_takes_fastree_out_of_jax_first() -> None:
@@ -688,7 +747,7 @@ def test_report_tables_for_variants_and_workloads() -> None:
     assert "### Operations on an equinox model" in report
     assert "unavailable: no library" in report
     assert "## Treedef memory" in report and "60.0 B/node (2.00×)" in report
-    assert "87.5% confidence" in report
+    assert "87.5% confidence" in report  # the workloads' 4 rounds
     assert report.index("](chart.png)") < report.index("](chart_details.png)")
     table = render_table(result)
     assert "end-to-end workloads" in table and "not run: unavailable: no library" in table

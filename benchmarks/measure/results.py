@@ -84,7 +84,7 @@ class WorkloadRow:
     group: str = "program"
     """"program" (end-to-end fragments) or "equinox model" (library-node operations)."""
     plain: float | None = None
-    """Median over rounds of the plain processes' ns per call; None when it did not run."""
+    """Median over rounds of the plain process's ns per call; None when it did not run."""
     installed: float | None = None
     """Median over rounds of the installed processes' ns per call."""
     speedup: float | None = None
@@ -95,12 +95,12 @@ class WorkloadRow:
     verdict: str | None = None
     """"faster" (interval above 1: installing helped), "slower", or "same"."""
     rounds: int = 0
-    """Process pairs that timed it."""
+    """Rounds that timed it, over all pairs of processes."""
     plain_samples: list[float] = field(default_factory=list)
     installed_samples: list[float] = field(default_factory=list)
-    """Each round's ns per call (its process's fastest repeat), in round order."""
+    """Each round's ns per call in each mode (the fastest of the turn's loops), in round order."""
     loops: dict[str, int] = field(default_factory=dict)
-    """Calls per repeat in the last round, per mode."""
+    """Calls per loop in the last pair of processes, per mode."""
     not_run: str | None = None
     """Why it was not timed: a library missing, no installed mode ("unavailable: ..."), a failure,
     or results that differ between the two modes ("EXCLUDED: ...")."""

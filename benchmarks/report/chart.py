@@ -100,7 +100,8 @@ def caption(result: RunResult) -> str:
         f"{settings.get('min_rounds', '?')}-{settings.get('max_rounds', '?')} rounds, "
         f"≥{confidence:.0%} confidence"
         + (
-            f"; workloads {workload_rounds} rounds of two processes, {workload_conf:.1%} confidence"
+            f"; workloads {workload_rounds} rounds (plain and installed processes taking "
+            f"turns), {workload_conf:.1%} confidence"
             if workload_rounds
             else ""
         )
@@ -243,7 +244,7 @@ def _workloads_panel(ax: Any, workloads: list[WorkloadRow]) -> None:
     ax.set_xlabel("plain time / installed time (log); grey: interval includes 1×")
     ax.set_title(
         "End-to-end: plain JAX vs fastree installed first (python -m fastree.run),\n"
-        "separate processes, alternating rounds",
+        "two processes taking turns, round by round",
         fontsize=10.5,
     )
 

@@ -112,13 +112,11 @@ def _precision(result: RunResult) -> list[str]:
     if timed:
         lines += [
             "",
-            f"Workloads: {timed[0].rounds} rounds of two processes each; their intervals cover the "
-            f"median with {timed[0].confidence:.1%} confidence"
-            + (
-                " (a quick run's few rounds: run without `--quick` for 9 rounds and 96%)."
-                if settings.get("mode") == "quick"
-                else "."
-            ),
+            f"Workloads: {timed[0].rounds} rounds ({settings.get('workload_pairs')} pairs of "
+            f"processes, {settings.get('workload_rounds')} rounds each); their intervals cover the "
+            f"median with {timed[0].confidence:.1%} confidence. Rounds within one pair share that "
+            "pair's processes, so a difference between processes (where their memory landed, "
+            "say) is sampled only as often as there are pairs.",
         ]
     if settings.get("mode") == "quick":
         lines += [
@@ -215,11 +213,12 @@ def _workloads(result: RunResult) -> list[str]:
     lines = [
         "## End-to-end workloads: plain JAX vs fastree installed first",
         "",
-        "Each workload runs in two kinds of process, alternating round by round: plain "
-        "(`python -m benchmarks.measure.child`) and installed (`python -m fastree.run -m "
+        "Each workload runs in two processes side by side: plain (`python -m "
+        "benchmarks.measure.child`) and installed (`python -m fastree.run -m "
         "benchmarks.measure.child`: fastree is installed before any library is imported, as a "
-        "user starts a program with it). Each process times every workload after a warm-up; "
-        "both modes' results must fingerprint the same. **speedup = plain / installed, > 1 "
+        "user starts a program with it). Both build the workload and warm it up, their results "
+        "must fingerprint the same, then they take turns timing it, round after round. "
+        "**speedup = plain / installed, > 1 "
         "means installing fastree made it faster**; `=` marks an interval that includes 1.0×.",
         "",
     ]
@@ -406,12 +405,12 @@ def _method(result: RunResult) -> list[str]:
         "- Leaves are tiny arrays (shape (2,) or (2, 2)): the numbers are tree overhead, not math.",
         "- Functions mapped are trivial (`lambda x: x`, `lambda x, y, z: x`, "
         "`lambda path, x: x`). flatten_up_to uses the tree's own full treedef.",
-        f"- Workloads: {settings.get('workload_rounds')} rounds, each a plain and an installed "
-        "process in alternating order; each process reports the fastest of "
-        f"{settings.get('workload_repeats')} loops of "
-        f"~{settings.get('workload_target_ms_per_repeat')} ms after two warm-up calls. A round's "
-        "ratio is plain / installed. JAX's compilation cache is shared by the processes of a "
-        "run, so warm-ups load compiled programs instead of compiling them again.",
+        f"- Workloads: {settings.get('workload_pairs')} pairs of processes (plain, installed "
+        f"first), {settings.get('workload_rounds')} rounds each; in a round each process times "
+        f"the call (fastest of three loops, ~{settings.get('workload_target_ms_per_round')} ms "
+        "in all), the two taking turns, which goes first alternating. A round's ratio is plain "
+        "/ installed. JAX's compilation cache is shared by the processes of a run, so warm-ups "
+        "load compiled programs instead of compiling them again.",
         f"- treedef_memory: bytes per node held by many live treedefs of the tree, measured as "
         f"{memory_method} growth (tracemalloc alone misses C++ allocations; its Python-only figure "
         f"is in results.json); {settings.get('memory_rounds')} probes per library, interleaved.",

@@ -57,7 +57,7 @@ def render_workloads(result: RunResult) -> str:
     width = max(len(row.name) for row in result.workloads)
     out = [
         "",
-        "== end-to-end workloads, plain and installed-first processes alternating; "
+        "== end-to-end workloads, a plain and an installed-first process taking turns; "
         "speedup = plain / installed [interval], > 1 means installing fastree helps",
         f"{'workload':<{width}}  {'plain':>10}  {'installed':>10}  speedup",
     ]
