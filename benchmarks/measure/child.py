@@ -12,8 +12,9 @@ then conducts both, one JSON request per line on stdin, one JSON answer per line
   the fastest of its passes, or ``{"not_run": why}`` if the call raised.
 
 Each answer line starts with ANSWER_PREFIX: anything else a library or an editable build's
-rebuild prints to stdout is not mistaken for an answer. The two processes take turns, so each timing in one sits moments apart from its partner in the
-other, while each process keeps its own imports, registrations and caches.
+rebuild prints to stdout is not mistaken for an answer. The two processes take turns, so each
+timing in one sits moments apart from its partner in the other, while each process keeps its
+own imports, registrations and caches.
 """
 
 from __future__ import annotations

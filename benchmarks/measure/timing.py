@@ -6,9 +6,9 @@ in the round is its fastest pass. On a shared machine a pass is now and then des
 takes several times as long; the fastest of three passes drops that pass instead of charging it
 to one side of the round's ratio. Each round therefore yields one ratio per peer (peer time /
 baseline time) from timings taken moments apart; ``stats`` turns those ratios into a figure and
-an interval. Rounds go on until every peer's interval is narrow enough (``Rounds.tolerance``), or the
-round or time limit is reached, whichever comes first; the interval then says how precise the
-figure is. GC is collected before a case and off while it is timed, so no library pays for a
+an interval. Rounds go on until every peer's interval is narrow enough (``Rounds.tolerance``), or
+the round or time limit is reached, whichever comes first; the interval then says how precise
+the figure is. GC is collected before a case and off while it is timed, so no library pays for a
 collection another one's garbage triggered.
 """
 

@@ -105,7 +105,8 @@ def caption(result: RunResult) -> str:
             if workload_rounds
             else ""
         )
-        + ". Details: report.md.",
+        + ". Every figure with its interval: the run's report.md "
+        "(published: benchmarks/RESULTS.md).",
     ]
     return "\n".join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
 

@@ -103,8 +103,8 @@ def _precision(result: RunResult) -> list[str]:
             f"{statistics.median(rounds):g}); rounds are added until every ratio's interval is "
             f"within ±{tolerance:.0%} or a case has had {settings.get('max_rounds')} rounds or "
             f"{settings.get('max_seconds_per_case')} s. {within} of {len(widths)} ratios reached "
-            f"±{tolerance:.0%}; the median interval is ±{statistics.median(widths):.1%}, the widest "
-            f"±{max(widths):.0%}. Interval confidence: "
+            f"±{tolerance:.0%}; the median interval is ±{statistics.median(widths):.1%}, the "
+            f"widest ±{max(widths):.0%}. Interval confidence: "
             + ", ".join(f"{c:.1%}" for c in confidences)
             + " (it depends on the number of rounds: stats.py)."
         )

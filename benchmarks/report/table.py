@@ -51,7 +51,8 @@ def render_table(result: RunResult) -> str:
 
 
 def render_workloads(result: RunResult) -> str:
-    """The workloads' lines: plain and installed time per call, plain / installed and its interval."""
+    """The workloads' lines: plain and installed time per call, and plain / installed with its
+    interval."""
     if not result.workloads:
         return ""
     width = max(len(row.name) for row in result.workloads)
