@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from benchmarks.data.trees import TreeCase
 
 IDENTITY_FEATURE_ATTR = "find_shared"
-"""An attribute that arrived with identity-preserving nodes (issue #4): without it, this fastree
+"""An attribute that arrived with identity-preserving nodes: without it, this fastree
 predates the feature and split_merge / identity_copy are skipped with a note."""
 
 IDENTITY_OPS = frozenset({"split_merge", "identity_copy"})
@@ -62,7 +62,7 @@ def load_plain() -> Library:
 
 
 def load_noaux() -> Library:
-    """fastree with its aux_data checks switched off, on trees of custom nodes (issue #5).
+    """fastree with its aux_data checks switched off, on trees of custom nodes.
 
     Only there to show what the checks cost: its time divided by fastree's on structure/flatten
     is unchecked / checked (< 1 means the checks cost). The checks are turned off around each
