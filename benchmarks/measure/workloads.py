@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +35,8 @@ from benchmarks.workloads.base import Workload
 
 PLAIN, INSTALLED = "plain", "installed"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+REQUEST_TIMEOUT_S = 900.0
+"""Longest wait for one answer (building a workload in a cold process included)."""
 
 
 class Child(Protocol):
@@ -83,6 +86,15 @@ class ChildProcess:
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
         line = ""
+        # A process that stops answering is killed, so the run (or a test) cannot hang on it.
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            self.process.kill()
+
+        watchdog = threading.Timer(REQUEST_TIMEOUT_S, kill)
+        watchdog.start()
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -92,11 +104,14 @@ class ChildProcess:
                     break
         except OSError:
             line = ""
+        finally:
+            watchdog.cancel()
         if not line:
             self.process.wait()
             self.stderr.seek(0)
+            why = f" (no answer in {REQUEST_TIMEOUT_S:g} s: killed)" if timed_out.is_set() else ""
             raise RuntimeError(
-                f"the {self.mode} process failed (exit {self.process.returncode}): "
+                f"the {self.mode} process failed (exit {self.process.returncode}){why}: "
                 f"{self.stderr.read()[-2000:]}"
             )
         return json.loads(line[len(ANSWER_PREFIX) :])
