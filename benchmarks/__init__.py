@@ -1,19 +1,25 @@
 """fastree's benchmark suite: fastree against jax.tree_util, optree, dm-tree and torch's pytree.
 
 Run it from the repository root with ``python -m benchmarks`` (``--help`` lists the options). The
-package is laid out one concern per module:
+package is layered; a module imports from its own package or from a layer below it, never above
+(tests/test_benchmarks_layout.py checks this and that no import cycle exists):
 
-- ``cli``: command-line options, parsed before JAX is imported (the sharded leaves need XLA_FLAGS);
-  ``selection``: what ``--only`` matches.
-- ``settings``: what ``--quick`` and the full run mean (time per repeat, repeats, leaf kinds).
-- ``leaves`` / ``trees`` / ``dict_orders`` / ``custom_nodes`` / ``nnx_models``: the inputs.
-- ``libraries/``: one adapter per library, all exposing the same ``TreeApi`` (``libraries/base``).
-- ``ops``: how each operation is called through a ``TreeApi``.
-- ``timing`` / ``memory`` / ``guard``: how a case is measured and checked.
-- ``runner``: the loop over cases; ``results``: the records it produces; ``environment``: the
-  machine and versions recorded with them; ``unsupported``: the skip-with-a-note exception.
-- ``workloads/``: end-to-end program fragments (equinox, optax, flax nnx, jit tracing, a
-  checkpoint), each timed plain and inside ``fastree.installed()``, one module per workload.
-- ``report/``: stdout table, markdown report, the headline chart (``chart``) and the per-tree one
-  (``chart_details``) in one palette (``palette``), and ``--write-results`` (``report/publish``).
+1. ``data/``: what the benchmarks describe. The trees (``trees``: the recipe catalog, with
+   ``leaves``, ``dict_orders``, ``custom_nodes``, ``identity_nodes``, ``nnx_models``) and the
+   operations' names (``operations``).
+2. ``workloads/``: end-to-end program fragments (equinox, optax, flax nnx, jit tracing, a
+   checkpoint, single operations on an equinox model), one module per workload.
+   ``libraries/``: the libraries under test, one adapter each, all exposing ``TreeApi``.
+3. ``measure/``: the measuring. ``calls`` (how each op is called through an adapter),
+   ``guard`` (a library is timed only where its leaves are JAX's), ``timing`` (interleaved
+   rounds), ``stats`` (each ratio's interval, and why these statistics), ``memory``,
+   ``workloads`` + ``child`` (plain and installed processes), ``results`` (the records),
+   ``environment``, ``install``.
+4. ``report/``: the stdout table, report.md, the headline chart (``chart``), the per-cell heat
+   maps (``chart_details``), ``--write-results`` (``publish``).
+5. The run: ``cli`` (options, parsed before JAX is imported), ``settings`` (what ``--quick``
+   means), ``selection`` (``--only``), ``runner``, ``__main__``; ``scaling`` is a script of its
+   own (``python -m benchmarks.scaling``).
+
+``unsupported`` (the skip-with-a-note exception) sits below them all.
 """

@@ -30,7 +30,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="short repeats, fewer of them: the whole run takes under 2 minutes on 2 cores",
+        help="short rounds, fewer of them: about 5 minutes on a busy 2-core machine; the report "
+        "says how precise the figures are",
     )
     parser.add_argument(
         "--only",
@@ -61,10 +62,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="library the ratios are computed against (default: fastree)",
     )
     parser.add_argument(
+        "--workload-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rounds per pair of processes (plain, installed first) for the end-to-end "
+        "workloads (default: 5 with --quick, 7 without); more rounds, narrower intervals",
+    )
+    parser.add_argument(
         "--write-results",
         action="store_true",
-        help="after a full, unfiltered run, copy the report and chart into benchmarks/RESULTS.md "
-        "and benchmarks/results_chart.png",
+        help="after an unfiltered run, copy the report and charts into benchmarks/RESULTS.md, "
+        "benchmarks/results_chart.png and benchmarks/results_chart_details.png",
     )
     args = parser.parse_args(argv)
     args.only = [p.strip() for chunk in args.only for p in chunk.split(",") if p.strip()]
@@ -74,7 +83,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown leaf kind(s) {unknown}; choose from {list(LEAF_KINDS)}")
         args.leaves = kinds
-    if args.write_results and (args.quick or args.only):
-        # RESULTS.md is the published comparison; a partial or quick run must not replace it.
-        parser.error("--write-results needs a full run: drop --quick and --only")
+    if args.write_results and (args.only or args.leaves):
+        # RESULTS.md is the published comparison; a partial run must not replace it. (A quick
+        # run may: its report says it is one, and how precise it is.)
+        parser.error("--write-results needs an unfiltered run: drop --only and --leaves")
+    if args.workload_rounds is not None and args.workload_rounds < 1:
+        parser.error("--workload-rounds must be at least 1")
     return args

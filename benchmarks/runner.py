@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
-from benchmarks import memory, timing
-from benchmarks.environment import describe
-from benchmarks.guard import leaves_disagreement
-from benchmarks.leaves import leaf_factory
+from benchmarks.data.leaves import leaf_factory
+from benchmarks.data.operations import MEMORY_OP
+from benchmarks.data.trees import RECIPES, Recipe, TreeCase, build_case, case_name
 from benchmarks.libraries import LOADERS, load_libraries
 from benchmarks.libraries.base import Library, TreeApi
-from benchmarks.ops import OPS
-from benchmarks.results import (
+from benchmarks.measure import memory, stats, timing
+from benchmarks.measure.calls import CALLS
+from benchmarks.measure.environment import describe
+from benchmarks.measure.guard import leaves_disagreement
+from benchmarks.measure.results import (
     MEMORY_UNIT,
     TIME_UNIT,
     Note,
@@ -25,10 +29,7 @@ from benchmarks.results import (
 )
 from benchmarks.selection import case_selected, selected_ops
 from benchmarks.settings import Settings, settings_for
-from benchmarks.trees import RECIPES, Recipe, TreeCase, build_case, case_name
 from benchmarks.unsupported import Unsupported
-
-MEMORY_OP = "treedef_memory"
 
 
 @dataclass(frozen=True)
@@ -65,32 +66,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     result = run(args)
     write_outputs(result, args.out, write_results=args.write_results)
-    _run_library_nodes(args)
     return 0
-
-
-LIBRARY_NODES = "equinox-library-nodes"
-
-
-def _run_library_nodes(args: argparse.Namespace) -> None:
-    """The equinox model plain vs installed first (benchmarks/library_nodes.py): two processes
-    per round, so it runs after the in-process suite and writes its own table and chart."""
-    from benchmarks import library_nodes
-    from benchmarks.workloads import WORKLOAD_OP
-
-    if not case_selected(WORKLOAD_OP, LIBRARY_NODES, args.only):
-        return
-    try:
-        import equinox  # noqa: F401 - only asks whether it is there
-        import optax  # noqa: F401
-    except ImportError as error:
-        _progress(f"library nodes not run: {error}")
-        return
-    _progress("library nodes: equinox model, plain vs installed first (separate processes)")
-    result = library_nodes.run(2 if args.quick else 3, progress=_progress)
-    sys.stdout.write("\n" + library_nodes.render(result))
-    written = library_nodes.write_outputs(result, args.out)
-    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> RunResult:
@@ -110,10 +86,16 @@ def run(args: argparse.Namespace) -> RunResult:
         environment={},
         settings={
             "mode": settings.mode,
-            "target_ms_per_repeat": settings.target_ns / 1e6,
-            "repeats": settings.repeats,
-            "workload_target_ms_per_repeat": settings.workload_target_ns / 1e6,
-            "workload_repeats": settings.workload_repeats,
+            "target_ms_per_round": settings.target_ns / 1e6,
+            "min_rounds": settings.rounds.minimum,
+            "max_rounds": settings.rounds.maximum,
+            "tolerance": settings.rounds.tolerance,
+            "max_seconds_per_case": settings.rounds.max_seconds,
+            "confidence": stats.CONFIDENCE,
+            "memory_rounds": settings.memory_rounds,
+            "workload_pairs": settings.workload_pairs,
+            "workload_rounds": workload_rounds(settings, args),
+            "workload_target_ms_per_round": settings.workload_target_ns / 1e6,
             "only": list(args.only),
             "leaves": args.leaves or "default",
             "device": args.device,
@@ -156,7 +138,7 @@ def run(args: argparse.Namespace) -> RunResult:
                 rows = _memory_rows(apis, case, settings, result)
                 memory_method = next((r.detail["method"] for r in rows), memory_method)
             else:
-                rows = _timed_rows(apis, op, case, settings, result)
+                rows = _timed_rows(apis, op, case, settings, result, args.baseline)
             _add_ratios(rows, args.baseline)
             result.rows.extend(rows)
             _progress(
@@ -166,7 +148,7 @@ def run(args: argparse.Namespace) -> RunResult:
             )
         del case  # large trees (100k floats, 16k leaves) go before the next is built
 
-    result.workloads = _run_workloads(settings, args.only, result)
+    result.workloads = _run_workloads(settings, args, result)
     result.environment = describe(args.device, result.libraries, memory_method)
     if uninstalled:
         result.environment["fastree_install_at_start"] = uninstalled
@@ -193,37 +175,95 @@ def _take_fastree_out_of_jax() -> str | None:
     return note
 
 
-def _run_workloads(settings: Settings, only: list[str], result: RunResult) -> list[WorkloadRow]:
-    """The end-to-end workloads --only selects (all of them by default), after the trees."""
-    from benchmarks.workloads.run import run_workloads, selected_workloads
+def workload_rounds(settings: Settings, args: argparse.Namespace) -> int:
+    return getattr(args, "workload_rounds", None) or settings.workload_rounds
 
-    workloads = selected_workloads(only)
-    if workloads:
-        _progress(f"end-to-end workloads, plain vs fastree installed: {len(workloads)}")
-    return run_workloads(
-        workloads,
-        settings.workload_size,
-        settings.workload_target_ns,
-        settings.workload_repeats,
-        progress=_progress,
+
+def _run_workloads(
+    settings: Settings, args: argparse.Namespace, result: RunResult
+) -> list[WorkloadRow]:
+    """The end-to-end workloads --only selects (all of them by default), after the trees."""
+    from benchmarks.measure.workloads import installed_mode_unavailable, run_workloads
+    from benchmarks.workloads import WORKLOAD_OP, WORKLOADS
+
+    workloads = [w for w in WORKLOADS if case_selected(WORKLOAD_OP, w.name, args.only)]
+    if not workloads:
+        return []
+    rounds = workload_rounds(settings, args)
+    _progress(
+        f"end-to-end workloads: {len(workloads)}, plain vs fastree installed first: "
+        f"{settings.workload_pairs} pairs of processes, {rounds} rounds each"
+    )
+    why_not = installed_mode_unavailable()
+    if why_not is not None:
+        _progress(f"  workloads not run: {why_not}")
+        return [
+            WorkloadRow(w.name, w.description, w.why, w.group, not_run=why_not) for w in workloads
+        ]
+    # One compilation cache for every child of this run: each process's warm-up would otherwise
+    # compile the same programs again (the timed calls run compiled code either way).
+    cache_settings = {
+        "JAX_COMPILATION_CACHE_DIR": None,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    with tempfile.TemporaryDirectory(prefix="fastree-bench-jax-cache-") as cache:
+        cache_settings["JAX_COMPILATION_CACHE_DIR"] = cache
+        saved = {name: os.environ.get(name) for name in cache_settings}
+        os.environ.update({name: value for name, value in cache_settings.items() if value})
+        try:
+            rows = run_workloads(
+                workloads,
+                settings.workload_size,
+                settings.workload_target_ns,
+                settings.workload_pairs,
+                rounds,
+                progress=_progress,
+            )
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    for row in rows:
+        _progress(_workload_line(row))
+    return rows
+
+
+def _workload_line(row: WorkloadRow) -> str:
+    from benchmarks.report.format import format_interval, format_value
+
+    if row.not_run:
+        return f"  workload {row.name}: not run ({row.not_run})"
+    return (
+        f"  workload {row.name}: plain {format_value(row.plain, 'ns')}  installed "
+        f"{format_value(row.installed, 'ns')}  speedup "
+        f"{format_interval(row.speedup, row.speedup_low, row.speedup_high)} ({row.verdict})"
     )
 
 
 def _workload_library_versions() -> str:
-    """Versions of the libraries the workloads imported (they are not timed as libraries)."""
+    """Versions of the libraries the workloads use (imported in the child processes only)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     versions = []
     for name in ("equinox", "optax", "flax"):
-        module = sys.modules.get(name)
-        if module is not None:
-            versions.append(f"{name} {getattr(module, '__version__', '?')}")
+        try:
+            versions.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
     return ", ".join(versions)
 
 
 def _routes() -> str:
     """How many public jax.tree_util / jax.tree functions fastree.installed() replaced."""
-    from benchmarks.workloads.install import fastree_installer, public_functions, routed_functions
+    from benchmarks.measure.install import fastree_installer, public_functions, routed_functions
 
-    routed = routed_functions(fastree_installer())
+    try:
+        routed = routed_functions(fastree_installer())
+    except Unsupported as reason:
+        return str(reason)
     total = len(public_functions())
     return f"{len(routed)} of {total} public functions: {', '.join(routed)}"
 
@@ -266,18 +306,19 @@ def _timed_rows(
     case: TreeCase,
     settings: Settings,
     result: RunResult,
+    baseline: str,
 ) -> list[Row]:
     candidates = {}
     for name, (lib, api) in apis.items():
         if op not in lib.ops:
             continue
         try:
-            candidates[name] = OPS[op].prepare(api, case)  # type: ignore[misc]
+            candidates[name] = CALLS[op](api, case)
         except Unsupported as reason:
             result.skipped.append(Note(name, case.name, op, str(reason)))
     if not candidates:
         return []
-    timings, failures = timing.measure(candidates, settings.target_ns, settings.repeats)
+    timings, failures = timing.measure(candidates, settings.target_ns, settings.rounds, baseline)
     for name, error in failures.items():
         result.skipped.append(Note(name, case.name, op, f"raised {type(error).__name__}: {error}"))
     num_leaves = max(len(case.reference_leaves), 1)
@@ -293,6 +334,7 @@ def _timed_rows(
             ratio=None,
             loops=t.loops,
             repeats=len(t.samples_ns),
+            samples=list(t.samples_ns),
         )
         for name, t in timings.items()
     ]
@@ -345,17 +387,26 @@ def _memory_rows(
                     "copies": copies,
                     "method": best.method,
                 },
+                samples=values,
             )
         )
     return rows
 
 
 def _add_ratios(rows: list[Row], baseline: str) -> None:
+    """Each row's ratio to the baseline: the median of the per-round ratios, with its interval."""
     base = next((row for row in rows if row.library == baseline), None)
-    if base is None or base.median <= 0:
+    if base is None or base.median <= 0 or not base.samples:
         return
     for row in rows:
-        row.ratio = row.median / base.median
+        if row is base:
+            row.ratio = 1.0
+            continue
+        if len(row.samples) != len(base.samples):
+            continue  # rounds are paired; a row without its partner's rounds has no ratio
+        estimate = stats.paired(row.samples, base.samples)
+        row.ratio, row.ratio_low, row.ratio_high = estimate.value, estimate.low, estimate.high
+        row.confidence, row.verdict = estimate.confidence, estimate.verdict
 
 
 def _progress(line: str) -> None:
@@ -369,4 +420,8 @@ def _progress_line(
 
     width = len(str(total))
     cells = "  ".join(f"{row.library} {format_value(row.median, row.unit)}" for row in rows)
-    return f"[{done:>{width}}/{total}] {op}/{tree}  {cells or '(nothing ran)'}  ({seconds:.1f}s)"
+    rounds = max((row.repeats or 0 for row in rows), default=0)
+    return (
+        f"[{done:>{width}}/{total}] {op}/{tree}  {cells or '(nothing ran)'}  "
+        f"({rounds} rounds, {seconds:.1f}s)"
+    )

@@ -1,8 +1,8 @@
-"""Scaling rows: time per child of one wide list, from 10**3 to 10**6 children (issue 24).
+"""Scaling rows: time per child of one wide list, from 10**3 to 10**6 children.
 
 Every operation must be linear in the tree at every size, past every internal cache (the key-path
 entry cache holds 2**17 indices; past it, entries are made per walk). A linear operation keeps its
-time per child flat along a row; repro_17's quadratic ``_nodes()`` made its row climb by ~10**5x
+time per child flat along a row; an earlier, quadratic ``_nodes()`` made its row climb by ~10**5x
 between 10**5 and 10**6 children. Each cell is the best of a few calls of the operation over
 ``[0.0] * n``, in microseconds per child; the last column is the largest size's time per child
 over the smallest's. Past 2**17 children the key-path walks make their entries anew on every

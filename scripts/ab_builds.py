@@ -46,9 +46,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import trees as bench_trees
-from benchmarks.leaves import leaf_factory
-from benchmarks.timing import calibrate, time_loop
+from benchmarks.data import trees as bench_trees
+from benchmarks.data.leaves import leaf_factory
+from benchmarks.measure.timing import calibrate, time_loop
 
 DEFAULT_TREES = (
     "tuple3",

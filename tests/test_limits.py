@@ -231,7 +231,7 @@ def test_million_leaves_memory_and_round_trip():
 
 
 # ------------------------------------------------------------------------------------------------
-# Soak: a short run of scripts/soak.py (the 1M-cycle numbers are in README's Reliability section).
+# Soak: a short run of scripts/soak.py (the 1M-cycle numbers are in docs/reliability.md).
 
 
 @no_rss_under_asan

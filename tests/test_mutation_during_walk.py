@@ -1,6 +1,6 @@
 """Trees that user code changes while a walk reads them: one rule, JAX's (red-team round 3, 4).
 
-The rule (README, "Reliability"): containers are read as jaxlib reads them wherever that is
+The rule (docs/reliability.md): containers are read as jaxlib reads them wherever that is
 memory-safe. A list's length when the walk reaches it is its number of children, and child i is
 the item at position i when the walk gets there; a dict's keys are taken and sorted, then each
 value is looked up in the dict as it is then (a key removed meanwhile raises JAX's KeyError).

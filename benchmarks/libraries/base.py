@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from benchmarks.trees import TreeCase
+    from benchmarks.data.trees import TreeCase
 
 Fn = Callable[..., Any]
 
@@ -77,3 +77,16 @@ CORE_TREE_OPS = frozenset(
     }
 )
 """The ops every tree library adapter can express; treedef-object ops are added per library."""
+
+
+def compare_leaves(leaves: list[Any], reference: list[Any]) -> str | None:
+    """None when ``leaves`` are the very objects of ``reference`` (JAX's), in order."""
+    if len(leaves) != len(reference):
+        return f"{len(leaves)} leaves, JAX has {len(reference)}"
+    for index, (got, expected) in enumerate(zip(leaves, reference, strict=True)):
+        if got is not expected:
+            return (
+                f"leaf {index} is a {type(got).__name__}, not the same object as JAX's "
+                f"{type(expected).__name__}"
+            )
+    return None

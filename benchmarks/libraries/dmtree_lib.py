@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.data.trees import CUSTOM_NODES, NNX, NONE_NODE, TreeCase
 from benchmarks.libraries.base import CORE_TREE_OPS, Library, TreeApi
-from benchmarks.trees import CUSTOM_NODES, NNX, NONE_NODE, TreeCase
 from benchmarks.unsupported import Unsupported
 
 CANNOT_EXPRESS = {

@@ -11,37 +11,24 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.data.fastree_import import import_tree_util
 from benchmarks.libraries.base import Library, TreeApi
 from benchmarks.libraries.jax_like import TREE_OPS_OF_JAX_LIKE, tree_util_api
 from benchmarks.unsupported import Unsupported
 
 if TYPE_CHECKING:
-    from benchmarks.trees import TreeCase
+    from benchmarks.data.trees import TreeCase
 
 IDENTITY_FEATURE_ATTR = "find_shared"
-"""An attribute that arrived with identity-preserving nodes (issue #4): without it, this fastree
+"""An attribute that arrived with identity-preserving nodes: without it, this fastree
 predates the feature and split_merge / identity_copy are skipped with a note."""
 
 IDENTITY_OPS = frozenset({"split_merge", "identity_copy"})
 
 
-@functools.cache
-def _import() -> tuple[ModuleType | None, str]:
-    """(fastree.tree_util or None, why not). Cached so a failing import is attempted only once."""
-    try:
-        import fastree.tree_util as tu
-    except Exception as error:  # noqa: BLE001 - a broken build can raise anything on import
-        return None, f"fastree did not import ({type(error).__name__}: {error})"
-    return tu, ""
-
-
-def try_import_tree_util() -> ModuleType | None:
-    return _import()[0]
-
-
 def _loaded() -> tuple[ModuleType, ModuleType, TreeApi]:
     """(fastree.tree_util, fastree, its TreeApi), or Unsupported saying why fastree is missing."""
-    tu, why = _import()
+    tu, why = import_tree_util()
     if tu is None:
         raise Unsupported(why)
     import fastree
@@ -75,7 +62,7 @@ def load_plain() -> Library:
 
 
 def load_noaux() -> Library:
-    """fastree with its aux_data checks switched off, on trees of custom nodes (issue #5).
+    """fastree with its aux_data checks switched off, on trees of custom nodes.
 
     Only there to show what the checks cost: its time divided by fastree's on structure/flatten
     is unchecked / checked (< 1 means the checks cost). The checks are turned off around each
@@ -99,7 +86,7 @@ def load_noaux() -> Library:
     api = replace(api, flatten=unchecked(api.flatten), structure=unchecked(api.structure))
 
     def api_for(case: TreeCase) -> TreeApi:
-        from benchmarks.trees import CUSTOM_NODES
+        from benchmarks.data.trees import CUSTOM_NODES
 
         if CUSTOM_NODES not in case.features:
             raise Unsupported("only run on trees of custom nodes (what the aux checks look at)")

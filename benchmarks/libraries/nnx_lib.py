@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.data.trees import TreeCase
 from benchmarks.libraries.base import Library, TreeApi
-from benchmarks.trees import TreeCase
 from benchmarks.unsupported import Unsupported
 
 

@@ -11,10 +11,10 @@ import collections
 import functools
 from typing import Any
 
-from benchmarks import custom_nodes
+from benchmarks.data import custom_nodes
+from benchmarks.data.trees import CUSTOM_NODES, NNX, TreeCase
 from benchmarks.libraries.base import Library, TreeApi
 from benchmarks.libraries.jax_like import TREE_OPS_OF_JAX_LIKE
-from benchmarks.trees import CUSTOM_NODES, NNX, TreeCase
 from benchmarks.unsupported import Unsupported
 
 NAMESPACE = "fastree-bench"

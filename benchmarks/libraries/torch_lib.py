@@ -9,9 +9,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from benchmarks import custom_nodes
-from benchmarks.libraries.base import CORE_TREE_OPS, Library, TreeApi
-from benchmarks.trees import CUSTOM_NODES, NNX, TreeCase
+from benchmarks.data import custom_nodes
+from benchmarks.data.trees import CUSTOM_NODES, NNX, TreeCase
+from benchmarks.libraries.base import CORE_TREE_OPS, Library, TreeApi, compare_leaves
 from benchmarks.unsupported import Unsupported
 
 
@@ -32,8 +32,6 @@ def load() -> Library:
         # torch keeps dicts in insertion order (JAX sorts keys) and takes None as a leaf (JAX: an
         # empty node), so on many trees it computes different leaves: timing it there would not
         # compare like with like.
-        from benchmarks.guard import compare_leaves  # imported late: guard imports adapters
-
         if compare_leaves(pytree.tree_leaves(case.tree), case.reference_leaves) is not None:
             raise Unsupported(
                 "torch.utils._pytree orders dict children by insertion and takes None as a "

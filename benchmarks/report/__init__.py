@@ -6,12 +6,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.measure.results import Note, RunResult
 from benchmarks.report.chart import write_chart
 from benchmarks.report.chart_details import write_detail_chart
 from benchmarks.report.markdown import render_markdown
 from benchmarks.report.publish import publish
 from benchmarks.report.table import render_table
-from benchmarks.results import Note, RunResult
 from benchmarks.unsupported import Unsupported
 
 RESULTS_JSON = "results.json"

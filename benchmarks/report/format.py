@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.results import MEMORY_UNIT
+from benchmarks.measure.results import MEMORY_UNIT
 
 
 def format_value(value: float | None, unit: str, micro: str = "us") -> str:
@@ -19,3 +19,14 @@ def format_value(value: float | None, unit: str, micro: str = "us") -> str:
 
 def format_ratio(ratio: float | None, times: str = "x") -> str:
     return "" if ratio is None else f"{ratio:.2f}{times}"
+
+
+def format_interval(
+    value: float | None, low: float | None, high: float | None, times: str = "x"
+) -> str:
+    """``1.53x [1.41-1.60]``: a ratio and its interval (stats.py)."""
+    if value is None:
+        return ""
+    if low is None or high is None:
+        return format_ratio(value, times)
+    return f"{value:.2f}{times} [{low:.2f}–{high:.2f}]"

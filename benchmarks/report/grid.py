@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchmarks.results import Row, RunResult, TreeInfo
+from benchmarks.measure.results import Row, RunResult, TreeInfo
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,15 @@ def library_columns(result: RunResult) -> list[str]:
 class MeanRatio:
     value: float
     """Geometric mean of the library's ratios over the trees where it ran."""
+    low: float
+    high: float
+    """Geometric means of the trees' interval ends: the mean's interval if every tree's error went
+    the same way (a conservative reading; independent errors would narrow it)."""
     trees: int
+    verdicts: dict[str, int]
+    """"faster" / "same" / "slower" -> how many trees' cells read that way."""
+    samples: list[tuple[str, float, str]]
+    """(tree, ratio, verdict) of every tree in the mean."""
 
 
 def mean_ratios(result: RunResult) -> dict[str, dict[str, MeanRatio]]:
@@ -65,17 +73,47 @@ def mean_ratios(result: RunResult) -> dict[str, dict[str, MeanRatio]]:
     otherwise weigh six times as much as any other tree in the mean.
     """
     variants = {tree.name for tree in result.trees if tree.variant_of}
-    logs: dict[str, dict[str, list[float]]] = {}
+    cells: dict[str, dict[str, list[Row]]] = {}
     for row in result.rows:
         if row.ratio and row.library != result.baseline and row.tree not in variants:
-            logs.setdefault(row.op, {}).setdefault(row.library, []).append(math.log(row.ratio))
+            cells.setdefault(row.op, {}).setdefault(row.library, []).append(row)
     return {
-        op: {
-            library: MeanRatio(math.exp(sum(values) / len(values)), len(values))
-            for library, values in by_library.items()
-        }
-        for op, by_library in logs.items()
+        op: {library: _mean(rows) for library, rows in by_library.items()}
+        for op, by_library in cells.items()
     }
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _mean(rows: list[Row]) -> MeanRatio:
+    verdicts = {"faster": 0, "same": 0, "slower": 0}
+    for row in rows:
+        verdicts[row.verdict or "same"] += 1
+    return MeanRatio(
+        value=_geomean([row.ratio for row in rows if row.ratio]),
+        low=_geomean([row.ratio_low or row.ratio for row in rows if row.ratio]),
+        high=_geomean([row.ratio_high or row.ratio for row in rows if row.ratio]),
+        trees=len(rows),
+        verdicts=verdicts,
+        samples=[(row.tree, row.ratio, row.verdict or "same") for row in rows if row.ratio],
+    )
+
+
+def slower_cells(result: RunResult) -> list[Row]:
+    """Rows whose whole interval says the baseline is slower than that library."""
+    return [
+        row
+        for row in result.rows
+        if row.library != result.baseline and row.verdict == "slower" and row.ratio
+    ]
+
+
+def row_of(result: RunResult, tree: str, op: str, library: str) -> Row | None:
+    return next(
+        (r for r in result.rows if r.tree == tree and r.op == op and r.library == library), None
+    )
 
 
 def variant_groups(result: RunResult) -> dict[str, list[TreeInfo]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.results import Note
+from benchmarks.measure.results import Note
 
 
 def grouped_notes(notes: list[Note]) -> list[str]:

@@ -17,6 +17,10 @@ LIBRARY_COLORS = {
     "fastree-plain": "#999999",  # grey
     "fastree-noaux": "#56B4E9",  # sky blue
 }
+SAME_COLOR = "#BBBBBB"
+"""A figure whose interval includes 1x: drawn grey, never as a slowdown."""
+SLOWER_COLOR = "#CC3311"
+"""A figure whose whole interval says the baseline is slower."""
 INSTALLED_COLOR = "#332288"
 """End-to-end workloads: fastree installed vs plain JAX (indigo, unlike any library)."""
 FALLBACK_COLORS = ("#F0E442", "#000000", "#8C564B")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks.report.format import format_ratio, format_value
+from benchmarks.measure.results import RunResult
+from benchmarks.report.format import format_interval, format_ratio, format_value
 from benchmarks.report.grid import tree_blocks
-from benchmarks.results import RunResult
 
 
 def render_table(result: RunResult) -> str:
@@ -17,8 +17,9 @@ def render_table(result: RunResult) -> str:
     cell_width = 20
     if any(row.ratio is not None for row in result.rows):
         heading = (
-            f"times per call (median); (x) = time / {result.baseline}'s time, > 1 means "
-            f"{result.baseline} is faster"
+            f"times per call (median over rounds); (x) = time / {result.baseline}'s time, > 1 "
+            f"means {result.baseline} is faster; '=' the interval includes 1x (same), "
+            "'<' the whole interval is below 1x (slower)"
         )
     else:
         heading = f"times per call (median); no ratios: {result.baseline} did not run"
@@ -41,7 +42,8 @@ def render_table(result: RunResult) -> str:
                 if row is None:
                     cells.append(f"{'-':>{cell_width}}")
                     continue
-                ratio = f" ({format_ratio(row.ratio)})" if row.ratio is not None else ""
+                mark = {"same": "=", "slower": "<"}.get(row.verdict or "", "")
+                ratio = f" ({format_ratio(row.ratio)}{mark})" if row.ratio is not None else ""
                 cells.append(f"{format_value(row.median, row.unit) + ratio:>{cell_width}}")
             per_leaf = "" if line.per_leaf_ns is None else f"{line.per_leaf_ns:.2f}"
             out.append(f"{line.op:<{op_width}}  {per_leaf:>9}  " + "  ".join(cells))
@@ -49,22 +51,24 @@ def render_table(result: RunResult) -> str:
 
 
 def render_workloads(result: RunResult) -> str:
-    """The workloads' lines: plain and installed time per call and plain / installed."""
+    """The workloads' lines: plain and installed time per call, and plain / installed with its
+    interval."""
     if not result.workloads:
         return ""
     width = max(len(row.name) for row in result.workloads)
     out = [
         "",
-        "== end-to-end workloads: time per call plain and with fastree installed; "
-        "speedup = plain / installed, > 1 means installing fastree helps",
-        f"{'workload':<{width}}  {'plain':>10}  {'installed':>10}  {'speedup':>8}",
+        "== end-to-end workloads, a plain and an installed-first process taking turns; "
+        "speedup = plain / installed [interval], > 1 means installing fastree helps",
+        f"{'workload':<{width}}  {'plain':>10}  {'installed':>10}  speedup",
     ]
     for row in result.workloads:
         if row.not_run:
             out.append(f"{row.name:<{width}}  not run: {row.not_run}")
             continue
+        speedup = format_interval(row.speedup, row.speedup_low, row.speedup_high)
         out.append(
             f"{row.name:<{width}}  {format_value(row.plain, 'ns'):>10}  "
-            f"{format_value(row.installed, 'ns'):>10}  {format_ratio(row.speedup):>8}"
+            f"{format_value(row.installed, 'ns'):>10}  {speedup} ({row.verdict})"
         )
     return "\n".join(out) + "\n"

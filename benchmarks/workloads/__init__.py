@@ -1,14 +1,22 @@
-"""End-to-end workloads (issue 13): real program fragments timed plain and with fastree installed.
+"""End-to-end workloads: program fragments timed plain and with fastree installed first.
 
 The tree benchmarks time one tree function at a time; these time what a user's program does, with
-``fastree.installed()`` routing every ``jax.tree_util`` / ``jax.tree`` call in the process, to show
-how much of a micro-benchmark gain survives once JAX dispatch, tracing and the libraries' own
-Python are counted. One module per workload; ``run`` times them.
+every ``jax.tree_util`` / ``jax.tree`` call in the process routed to fastree, to show how much of
+a micro-benchmark gain survives once JAX dispatch, tracing and the libraries' own Python are
+counted, and what library nodes do for an equinox model. One module per workload (``equinox_ops``:
+one per operation on the equinox model); ``benchmarks.measure.workloads`` times them.
 """
 
 from __future__ import annotations
 
-from benchmarks.workloads import checkpoint, equinox_jit, nnx_train_step, optax_adamw, trace_lower
+from benchmarks.workloads import (
+    checkpoint,
+    equinox_jit,
+    equinox_ops,
+    nnx_train_step,
+    optax_adamw,
+    trace_lower,
+)
 from benchmarks.workloads.base import Workload
 
 WORKLOADS: tuple[Workload, ...] = (
@@ -17,6 +25,7 @@ WORKLOADS: tuple[Workload, ...] = (
     nnx_train_step.WORKLOAD,
     trace_lower.WORKLOAD,
     checkpoint.WORKLOAD,
+    *equinox_ops.WORKLOADS,
 )
 WORKLOAD_OP = "workload"
 """The op name workloads answer to in ``--only``, e.g. ``--only 'workload/nnx*'``."""

@@ -1,24 +1,28 @@
 """What a workload is: a named, sized program fragment, timed plain and with fastree installed.
 
 A workload looks its tree functions up on ``jax.tree_util`` / ``jax.tree`` at call time (as
-libraries do), so ``fastree.installed()`` reaches exactly what it would reach in a user's program.
+libraries do). Each mode runs in a process of its own (``benchmarks.measure.workloads``): plain
+JAX, or ``python -m fastree.run``, which installs fastree before the workload imports any library,
+as a user's program would be started. The two processes' results are compared through
+fingerprints: a digest of what the call returned that does not depend on the process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import jax
 import numpy as np
 
 from benchmarks.unsupported import Unsupported
 
-# Bound at import, before any install, so the agreement check compares with JAX's own functions.
-_jax_flatten = jax.tree_util.tree_flatten
+PROGRAM, EQUINOX_MODEL = "program", "equinox model"
+"""Workload groups: end-to-end program fragments, and single operations on an equinox model
+(where fastree's library nodes apply)."""
 
 
 def require(module: str) -> ModuleType:
@@ -29,49 +33,49 @@ def require(module: str) -> ModuleType:
         raise Unsupported(f"unavailable: {module} is not installed ({error})") from None
 
 
-def same_values(plain: Any, installed: Any) -> str | None:
-    """None when both results have JAX's same structure and bitwise-equal leaves.
+def _leaves_and_shape(result: Any) -> tuple[list[Any], str]:
+    import jax
+
+    treedef = jax.tree_util.tree_structure(result)
+    # num_leaves and num_nodes rather than str(treedef): aux data may print memory addresses.
+    return jax.tree_util.tree_leaves(result), f"{treedef.num_leaves}/{treedef.num_nodes}"
+
+
+def values_fingerprint(result: Any) -> str:
+    """Structure size, and every leaf's dtype, shape and bytes.
 
     Tree functions move leaves around without touching them, so the numbers must not change at
     all when fastree is installed; a tolerance would hide a reordering of equal-shaped arrays.
     """
-    plain_leaves, plain_def = _jax_flatten(plain)
-    installed_leaves, installed_def = _jax_flatten(installed)
-    if str(plain_def) != str(installed_def):
-        return f"structure {installed_def} instead of {plain_def}"
-    for index, (a, b) in enumerate(zip(plain_leaves, installed_leaves, strict=True)):
-        a, b = np.asarray(a), np.asarray(b)
-        nan_is_equal = a.dtype.kind in "fc"  # isnan is undefined on str and object arrays
-        if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(a, b, nan_is_equal):
-            return f"leaf {index} differs ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})"
-    return None
+    leaves, shape = _leaves_and_shape(result)
+    digest = hashlib.sha256(shape.encode())
+    for leaf in leaves:
+        array = np.asarray(leaf)
+        if array.dtype == object:  # a function or other object: its repr may hold an address
+            digest.update(type(leaf).__qualname__.encode())
+            continue
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
-def same_shapes(plain: Any, installed: Any) -> str | None:
-    """For stateful calls (a train step moves the weights): structure, shapes and dtypes agree."""
-    plain_leaves, plain_def = _jax_flatten(plain)
-    installed_leaves, installed_def = _jax_flatten(installed)
-    if str(plain_def) != str(installed_def):
-        return f"structure {installed_def} instead of {plain_def}"
-    for index, (a, b) in enumerate(zip(plain_leaves, installed_leaves, strict=True)):
-        a_type, b_type = getattr(a, "dtype", type(a)), getattr(b, "dtype", type(b))
-        if np.shape(a) != np.shape(b) or a_type != b_type:
-            return (
-                f"leaf {index}: {b_type}{list(np.shape(b))} instead of {a_type}{list(np.shape(a))}"
-            )
-    return None
+def shapes_fingerprint(result: Any) -> str:
+    """For stateful calls (a train step moves the weights): structure, shapes and dtypes."""
+    leaves, shape = _leaves_and_shape(result)
+    parts = [shape] + [f"{getattr(x, 'dtype', type(x).__name__)}{np.shape(x)}" for x in leaves]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A built workload: the call to time and how to compare its results across modes."""
+    """A built workload: the call to time and how to fingerprint its result."""
 
     call: Callable[[], Any]
-    """One unit of work; it returns what the agreement check compares (and waits for the device)."""
+    """One unit of work; it returns what is fingerprinted (and waits for the device)."""
     size: str
     """What was built, e.g. "12 blocks, 147 arrays": goes into the report's description."""
-    compare: Callable[[Any, Any], str | None] = same_values
-    """(plain result, installed result) -> None when they agree, else what differs."""
+    fingerprint: Callable[[Any], str] = values_fingerprint
+    """result -> a digest equal in both modes when they agree."""
 
 
 @dataclass(frozen=True)
@@ -85,3 +89,4 @@ class Workload:
     """size -> Prepared; raises Unsupported when a library it needs is missing."""
     sizes: Mapping[str, int]
     """"tiny" (tests), "quick" and "full" -> the size build takes (layers, blocks...)."""
+    group: str = PROGRAM

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.trees import ScaleByAdamState, transformer_params
+from benchmarks.data.trees import ScaleByAdamState, transformer_params
 from benchmarks.workloads.base import Prepared, Workload
 
 

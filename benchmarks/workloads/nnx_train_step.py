@@ -7,7 +7,7 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.workloads.base import Prepared, Workload, require, same_shapes
+from benchmarks.workloads.base import Prepared, Workload, require, shapes_fingerprint
 
 WIDTH = 8
 BATCH = 4
@@ -31,7 +31,9 @@ def build(blocks: int) -> Prepared:
         return jax.block_until_ready(classes.train_step(model, optimizer, x, y))
 
     arrays = len(jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
-    return Prepared(call, f"{blocks} blocks, {arrays} parameter arrays", compare=same_shapes)
+    return Prepared(
+        call, f"{blocks} blocks, {arrays} parameter arrays", fingerprint=shapes_fingerprint
+    )
 
 
 @functools.cache

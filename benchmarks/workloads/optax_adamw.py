@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.trees import transformer_params
+from benchmarks.data.trees import transformer_params
 from benchmarks.workloads.base import Prepared, Workload, require
 
 

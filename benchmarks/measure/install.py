@@ -1,8 +1,9 @@
-"""How the workloads switch fastree on: ``fastree.installed()``, or why they cannot.
+"""Which ``jax.tree_util`` / ``jax.tree`` functions installing fastree routes, for the report.
 
-Every check here answers "could the 'installed' column mean anything?": fastree must import, must
-have ``installed()`` (issue 13 adds it), and the process must not already run with fastree
-installed (``python -m fastree.run -m benchmarks``), which would leave no plain baseline.
+The workloads themselves install fastree in child processes (``workloads.py``); this module asks,
+in the parent, what ``fastree.installed()`` replaces, so the report can list it. Every check here
+answers "can that be asked?": fastree must import, must have ``installed()``, and the process must
+not already run with fastree installed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from benchmarks.libraries.fastree_lib import try_import_tree_util
+from benchmarks.data.fastree_import import try_import_tree_util
 from benchmarks.unsupported import Unsupported
 
 Installer = Callable[[], AbstractContextManager[Any]]
@@ -25,7 +26,7 @@ def fastree_installer() -> Installer:
 
     installed = getattr(fastree, "installed", None)
     if installed is None:
-        raise Unsupported("unavailable: this fastree has no fastree.installed() (issue 13 adds it)")
+        raise Unsupported("unavailable: this fastree has no fastree.installed()")
     is_installed = getattr(fastree, "is_installed", lambda: False)
     if is_installed() or any(_is_fastree(fn) for fn in public_functions().values()):
         raise Unsupported(

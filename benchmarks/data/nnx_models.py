@@ -10,7 +10,7 @@ import functools
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.identity_nodes import SHARED_BLOCKS
+from benchmarks.data.identity_nodes import SHARED_BLOCKS
 from benchmarks.unsupported import Unsupported
 
 

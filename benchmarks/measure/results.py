@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ratios carry an interval and a verdict; workloads are timed in child processes."""
 
 TIME_UNIT = "ns"
 MEMORY_UNIT = "bytes/node"
@@ -32,12 +33,22 @@ class Row:
     per_leaf_ns: float | None
     """median / number of leaves, for timings."""
     ratio: float | None
-    """This library's median / the baseline's median on the same case; > 1 means the baseline is
-    faster (or smaller). None when the baseline did not run on the case."""
+    """This library's time / the baseline's on the same case, the median of the per-round ratios
+    (memory: of the probes); > 1 means the baseline is faster (or smaller). None when the baseline
+    did not run on the case."""
     loops: int | None = None
     repeats: int | None = None
+    """Rounds (memory: probes) this library ran on the case."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Extra figures, e.g. the memory probe's tracemalloc bytes/node and copy count."""
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    """The ratio's interval (stats.py): it covers the true median ratio with ``confidence``."""
+    confidence: float | None = None
+    verdict: str | None = None
+    """From the baseline's side: "faster" (interval above 1), "slower" (below), "same"."""
+    samples: list[float] = field(default_factory=list)
+    """Every round's time per call (memory: every probe's bytes/node), in the order they ran."""
 
 
 @dataclass
@@ -63,27 +74,36 @@ class TreeInfo:
 
 @dataclass
 class WorkloadRow:
-    """One end-to-end workload timed plain and with fastree installed into jax.tree_util."""
+    """One end-to-end workload: plain JAX vs fastree installed first, in alternating processes."""
 
     name: str
     description: str
     """What one timed call does, with the sizes used."""
     why: str
     """Where the call's time goes, hence what installing fastree can change."""
+    group: str = "program"
+    """"program" (end-to-end fragments) or "equinox model" (library-node operations)."""
     plain: float | None = None
-    """Median ns per call with jax.tree_util as JAX ships it; None when it did not run."""
+    """Median over rounds of the plain process's ns per call; None when it did not run."""
     installed: float | None = None
-    """Median ns per call inside ``fastree.installed()``."""
-    plain_min: float | None = None
-    installed_min: float | None = None
+    """Median over rounds of the installed processes' ns per call."""
     speedup: float | None = None
-    """plain / installed: > 1 means the call got faster with fastree installed."""
+    """Median of the per-round ratios plain / installed: > 1 means installing fastree helped."""
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    confidence: float | None = None
+    verdict: str | None = None
+    """"faster" (interval above 1: installing helped), "slower", or "same"."""
+    rounds: int = 0
+    """Rounds that timed it, over all pairs of processes."""
+    plain_samples: list[float] = field(default_factory=list)
+    installed_samples: list[float] = field(default_factory=list)
+    """Each round's ns per call in each mode (the fastest of the turn's loops), in round order."""
     loops: dict[str, int] = field(default_factory=dict)
-    """Calls per repeat, per mode."""
-    repeats: int = 0
+    """Calls per loop in the last pair of processes, per mode."""
     not_run: str | None = None
-    """Why it was not timed: a library missing, no fastree.installed() ("unavailable: ..."), or
-    results that differ between the two modes ("EXCLUDED: ...")."""
+    """Why it was not timed: a library missing, no installed mode ("unavailable: ..."), a failure,
+    or results that differ between the two modes ("EXCLUDED: ...")."""
 
 
 @dataclass
@@ -100,8 +120,7 @@ class RunResult:
     excluded: list[Note] = field(default_factory=list)
     """Libraries the correctness guard removed from a tree: their leaves differ from JAX's."""
     workloads: list[WorkloadRow] = field(default_factory=list)
-    """End-to-end workloads, plain vs fastree installed (results.json files before these existed
-    have none)."""
+    """End-to-end workloads, plain vs fastree installed first."""
     duration_s: float = 0.0
     schema: int = SCHEMA_VERSION
 
@@ -111,6 +130,11 @@ class RunResult:
     @classmethod
     def from_json(cls, text: str) -> RunResult:
         data = json.loads(text)
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(
+                f"results.json of schema {data.get('schema')}; this suite reads schema "
+                f"{SCHEMA_VERSION} (rerun python -m benchmarks to get one)"
+            )
         return cls(
             environment=data["environment"],
             settings=data["settings"],

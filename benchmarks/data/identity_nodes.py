@@ -21,7 +21,7 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.leaves import LeafFactory
+from benchmarks.data.leaves import LeafFactory
 from benchmarks.unsupported import Unsupported
 
 SHARED_BLOCKS = 100
@@ -88,7 +88,7 @@ def _module_classes() -> SimpleNamespace:
 @functools.cache
 def families() -> tuple[SimpleNamespace, SimpleNamespace]:
     """(DAG, PLAIN): the classes registered with and without preserve_identity."""
-    from benchmarks.libraries.fastree_lib import try_import_tree_util
+    from benchmarks.data.fastree_import import try_import_tree_util
 
     tu = try_import_tree_util()
     if tu is None:

@@ -78,7 +78,7 @@ def ensure_registered() -> None:
     global _registered
     if _registered:
         return
-    from benchmarks.libraries.fastree_lib import try_import_tree_util
+    from benchmarks.data.fastree_import import try_import_tree_util
 
     fastree_tu = try_import_tree_util()
     for cls, flatten, unflatten in CUSTOM_TYPES:

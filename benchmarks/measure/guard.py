@@ -6,10 +6,8 @@ reordered or descended into a leaf would otherwise be timed doing different work
 
 from __future__ import annotations
 
-from typing import Any
-
-from benchmarks.libraries.base import TreeApi
-from benchmarks.trees import TreeCase
+from benchmarks.data.trees import TreeCase
+from benchmarks.libraries.base import TreeApi, compare_leaves
 
 
 def leaves_disagreement(api: TreeApi, case: TreeCase) -> str | None:
@@ -21,15 +19,3 @@ def leaves_disagreement(api: TreeApi, case: TreeCase) -> str | None:
     except Exception as error:  # noqa: BLE001 - any failure means the library is excluded
         return f"leaves() raised {type(error).__name__}: {error}"
     return compare_leaves(leaves, case.reference_leaves)
-
-
-def compare_leaves(leaves: list[Any], reference: list[Any]) -> str | None:
-    if len(leaves) != len(reference):
-        return f"{len(leaves)} leaves, JAX has {len(reference)}"
-    for index, (got, expected) in enumerate(zip(leaves, reference, strict=True)):
-        if got is not expected:
-            return (
-                f"leaf {index} is a {type(got).__name__}, not the same object as JAX's "
-                f"{type(expected).__name__}"
-            )
-    return None

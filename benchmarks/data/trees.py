@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import jax.tree_util as jtu
 
-from benchmarks import custom_nodes, dict_orders, identity_nodes, nnx_models
-from benchmarks.leaves import LeafFactory
-from benchmarks.ops import DICT_ORDER_OPS, GRAPH_OPS, IDENTITY_OPS, TREE_OPS
+from benchmarks.data import custom_nodes, dict_orders, identity_nodes, nnx_models
+from benchmarks.data.leaves import LeafFactory
+from benchmarks.data.operations import DICT_ORDER_OPS, GRAPH_OPS, IDENTITY_OPS, TREE_OPS
 from benchmarks.unsupported import Unsupported
 
 # Features a tree may need from a library.

@@ -1,4 +1,4 @@
-"""Dicts of 10k keys that differ only in the order their keys were inserted (issue 15).
+"""Dicts of 10k keys that differ only in the order their keys were inserted.
 
 JAX orders a dict's children by sorted key, so flatten must sort; how much that costs depends on
 the order the keys arrive in. Real trees hold big dicts in every order: flax linen names submodules
@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from benchmarks.leaves import LeafFactory
+from benchmarks.data.leaves import LeafFactory
 
 NUM_KEYS = 10_000
 SEED = 20_261_123

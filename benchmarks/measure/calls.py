@@ -1,4 +1,4 @@
-"""The operations: how each one is called through a TreeApi, and on what input.
+"""How each timed operation is called through a TreeApi, and on what input.
 
 ``prepare`` does all setup (treedefs, twin trees) outside the timed loop and returns ``(fn, args)``;
 the timer calls ``fn(*args)``. Functions mapped over trees are trivial on purpose: the suite times
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.unsupported import Unsupported
 
 if TYPE_CHECKING:
+    from benchmarks.data.trees import TreeCase
     from benchmarks.libraries.base import TreeApi
-    from benchmarks.trees import TreeCase
 
 Prepared = tuple[Callable[..., Any], tuple[Any, ...]]
 
@@ -125,61 +124,22 @@ def _identity_copy(api: TreeApi, _case: TreeCase) -> Prepared:
     return identity_copy, ()
 
 
-@dataclass(frozen=True)
-class Op:
-    name: str
-    description: str
-    prepare: Callable[[TreeApi, TreeCase], Prepared] | None
-    """None for the memory probe, which memory.py measures instead of the timer."""
-
-
-OPS: dict[str, Op] = {
-    op.name: op
-    for op in (
-        Op("flatten", "tree_flatten(tree)", _flatten),
-        Op("leaves", "tree_leaves(tree)", _leaves),
-        Op("structure", "tree_structure(tree)", _structure),
-        Op("unflatten", "tree_unflatten(treedef, leaves)", _unflatten),
-        Op("tree_map", "tree_map(lambda x: x, tree)", _tree_map),
-        Op("tree_map3", "tree_map(lambda x, y, z: x, tree, tree2, tree3)", _tree_map3),
-        Op("flatten_with_path", "tree_flatten_with_path(tree)", _flatten_with_path),
-        Op("map_with_path", "tree_map_with_path(lambda p, x: x, tree)", _map_with_path),
-        Op(
-            "flatten_up_to", "treedef.flatten_up_to(tree), treedef = the tree's own", _flatten_up_to
-        ),
-        Op("copy", "tree_unflatten(*reversed(tree_flatten(tree)))", _copy),
-        Op("treedef_hash", "hash(treedef)", _treedef_hash),
-        Op("treedef_eq", "treedef == equal_but_distinct_treedef", _treedef_eq),
-        Op("all_leaves", "all_leaves(leaves)", _all_leaves),
-        Op("treedef_memory", "bytes held per treedef node (RSS delta over many treedefs)", None),
-        Op(
-            "split_merge",
-            "identity-preserving flatten + unflatten (nnx.split / nnx.merge)",
-            _split_merge,
-        ),
-        Op(
-            "identity_copy",
-            "flatten + unflatten of unshared modules registered with preserve_identity=True "
-            "(fastree) vs the same modules registered plainly (fastree-plain)",
-            _identity_copy,
-        ),
-    )
+CALLS: dict[str, Callable[[TreeApi, TreeCase], Prepared]] = {
+    "flatten": _flatten,
+    "leaves": _leaves,
+    "structure": _structure,
+    "unflatten": _unflatten,
+    "tree_map": _tree_map,
+    "tree_map3": _tree_map3,
+    "flatten_with_path": _flatten_with_path,
+    "map_with_path": _map_with_path,
+    "flatten_up_to": _flatten_up_to,
+    "copy": _copy,
+    "treedef_hash": _treedef_hash,
+    "treedef_eq": _treedef_eq,
+    "all_leaves": _all_leaves,
+    "split_merge": _split_merge,
+    "identity_copy": _identity_copy,
 }
-
-GRAPH_OPS: tuple[str, ...] = ("split_merge",)
-"""Ops run on the shared-submodule graph."""
-IDENTITY_OPS: tuple[str, ...] = ("identity_copy",)
-"""Ops run on the module tree that measures what identity tracking costs without sharing."""
-TREE_OPS: tuple[str, ...] = tuple(
-    name for name in OPS if name not in GRAPH_OPS and name not in IDENTITY_OPS
-)
-"""Ops run on ordinary pytrees (treedef_memory only where the recipe asks for the probe)."""
-DICT_ORDER_OPS: tuple[str, ...] = tuple(
-    name
-    for name in TREE_OPS
-    if name not in ("treedef_hash", "treedef_eq", "all_leaves", "treedef_memory")
-)
-"""Ops run on the dict-order variants of dict-10k: those that walk the dict itself. A treedef keeps
-the keys sorted whatever order they were inserted in, and all_leaves gets a list, so hash, equality,
-memory and all_leaves would repeat dict-10k's numbers (unflatten repeats them too, but issue 15's
-table asks for it)."""
+"""op name -> prepare(api, case): every timed op of ``data.operations.OPERATIONS`` (the memory
+probe is measured by ``measure.memory`` instead)."""

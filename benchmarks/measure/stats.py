@@ -1,0 +1,137 @@
+"""How sure the suite is of each figure: the median of paired round ratios, with an interval.
+
+Every figure compares two things timed in the same rounds: fastree and a peer library in one
+process (``timing.measure``), or a workload plain and installed in child processes that alternate
+(``workloads``). Each round gives one ratio, peer time / fastree time (or plain / installed),
+from two timings taken moments apart, so a slow spell of a shared machine that hits both sides of
+a round cancels out of that round's ratio instead of being charged to whichever side ran in it.
+
+The figure is the median of the round ratios. Its interval is the distribution-free confidence
+interval of a median from order statistics (the sign-test interval): with n rounds, the k-th
+smallest and k-th largest ratio bound the true median with probability
+1 - 2 P(Binomial(n, 1/2) < k), whatever the distribution of the ratios, as long as the rounds are
+independent. One disturbed round moves an end of the interval by at most one rank, not the figure.
+A figure whose interval contains 1.0 reads as "same": the rounds do not tell the two apart.
+
+Why these statistics and not a timing library's:
+
+- pyperf, the CPython project's benchmark toolkit, times one benchmark at a time in worker
+  processes of its own and reports mean +- standard deviation. It cannot interleave fastree and a
+  peer in the same rounds, which is what cancels a shared machine's drifts, its mean and standard
+  deviation are pulled by the long-tailed outliers such a machine produces, and its defaults
+  (20 worker processes per benchmark) would take hours over the suite's ~1,000 cells. Its ideas
+  that matter here are kept: calibrated inner loops, warm-ups, several independent values.
+- A bootstrap interval (``scipy.stats.bootstrap``) of a median of 5-15 rounds is coarse (a
+  resampled median takes only a few values) and covers less than it claims at such sizes; the
+  order-statistic interval is exact at every n.
+
+The interval's ranks come from SciPy (``scipy.stats.quantile_test``, and ``binom`` for the
+coverage), which JAX itself depends on: no new dependency, and no hand-written distribution code.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.90
+"""The confidence asked of every interval. With fewer than 5 rounds it cannot be reached: the
+interval is then the rounds' whole range and its (lower) confidence is reported with it."""
+
+MIN_ROUNDS_FOR_VERDICT = 3
+"""Below this, the interval covers the median with at most 50% confidence: every figure reads
+"same", whatever its value."""
+
+SAME, FASTER, SLOWER = "same", "faster", "slower"
+"""Verdicts from the baseline's side: "faster" when the whole interval is above 1.0 (the other
+side took longer in every plausible reading), "slower" when it is below, "same" otherwise."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A ratio measured over paired rounds."""
+
+    value: float
+    """Median of the per-round ratios."""
+    low: float
+    high: float
+    """Interval ends: the order statistics that cover the median with ``confidence``."""
+    rounds: int
+    confidence: float
+    """Probability that [low, high] covers the true median ratio (at least CONFIDENCE when there
+    were 5 rounds or more)."""
+
+    @property
+    def verdict(self) -> str:
+        if self.rounds < MIN_ROUNDS_FOR_VERDICT:
+            return SAME
+        return verdict(self.low, self.high)
+
+    @property
+    def half_width(self) -> float:
+        """Relative half-width on a log scale: sqrt(high / low) - 1 (0.05 is about +-5%)."""
+        return math.sqrt(self.high / self.low) - 1.0
+
+
+def verdict(low: float | None, high: float | None) -> str:
+    """FASTER / SLOWER / SAME for an interval of (other time / baseline time)."""
+    if low is None or high is None:
+        return SAME
+    if low > 1.0:
+        return FASTER
+    if high < 1.0:
+        return SLOWER
+    return SAME
+
+
+@functools.cache
+def interval_ranks(rounds: int, confidence: float = CONFIDENCE) -> tuple[int, int, float]:
+    """(low index, high index, coverage) into the sorted ratios of ``rounds`` rounds.
+
+    The narrowest symmetric pair of order statistics whose coverage reaches ``confidence``, from
+    ``scipy.stats.quantile_test`` asked about 0, 1, ..., n-1 (so the interval it returns is the
+    pair of indices); its whole range when ``rounds`` is too small for ``confidence``.
+    """
+    import numpy as np
+    from scipy import stats
+
+    if rounds < 1:
+        raise ValueError("an interval needs at least one round")
+    if rounds == 1:
+        return 0, 0, 0.0
+    ci = stats.quantile_test(np.arange(rounds, dtype=float), q=0, p=0.5).confidence_interval(
+        confidence_level=confidence
+    )
+    if math.isnan(ci.low) or math.isnan(ci.high):
+        low, high = 0, rounds - 1  # too few rounds: the whole range, at its own coverage
+    else:
+        low, high = int(ci.low), int(ci.high)
+    # [sorted[low], sorted[high]] misses the median when at most `low` ratios fall below it (or,
+    # symmetrically, above it): each side has probability P(Binomial(n, 1/2) <= low).
+    coverage = 1.0 - 2.0 * float(stats.binom.cdf(low, rounds, 0.5))
+    return low, high, coverage
+
+
+def estimate(ratios: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """The median of ``ratios`` (one per round) with its order-statistic interval."""
+    ordered = sorted(ratios)
+    low, high, coverage = interval_ranks(len(ordered), confidence)
+    return Estimate(
+        value=statistics.median(ordered),
+        low=ordered[low],
+        high=ordered[high],
+        rounds=len(ordered),
+        confidence=coverage,
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def paired(numerators: Sequence[float], denominators: Sequence[float]) -> Estimate:
+    """estimate() of numerator[i] / denominator[i], round by round."""
+    return estimate([n / d for n, d in zip(numerators, denominators, strict=True)])
