@@ -82,7 +82,8 @@ class WorkloadRow:
     why: str
     """Where the call's time goes, hence what installing fastree can change."""
     group: str = "program"
-    """"program" (end-to-end fragments) or "equinox model" (library-node operations)."""
+    """"program" (end-to-end fragments), "equinox model" or "nnx model" (library-node
+    operations)."""
     plain: float | None = None
     """Median over rounds of the plain process's ns per call; None when it did not run."""
     installed: float | None = None

@@ -203,10 +203,8 @@ def _tree_dots(ax: Any, center: float, width: float, mean: MeanRatio, color: str
 
 
 def _workloads_panel(ax: Any, workloads: list[WorkloadRow]) -> None:
-    """Horizontal bars from 1x with interval whiskers; programs first, then the equinox model."""
-    labels = [
-        row.name if row.group == "program" else f"{row.name} (equinox model)" for row in workloads
-    ]
+    """Horizontal bars from 1x with interval whiskers; programs first, then the model groups."""
+    labels = [row.name if row.group == "program" else f"{row.name} ({row.group})" for row in workloads]
     values: list[float] = []
     for y, row in enumerate(workloads):
         if not row.speedup:

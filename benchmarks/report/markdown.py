@@ -22,6 +22,12 @@ VERDICT_MARK = {"faster": "", "same": " =", "slower": " **slower**"}
 """Appended to a ratio: "=" when its interval includes 1.0x, "slower" when it lies below."""
 
 
+_GROUP_TITLES = {
+    "program": "Programs",
+    "equinox model": "Operations on an equinox model",
+    "nnx model": "Operations on a flax.nnx model",
+}
+
 def render_markdown(
     result: RunResult, chart_file: str | None, details_file: str | None = None
 ) -> str:
@@ -224,7 +230,7 @@ def _workloads(result: RunResult) -> list[str]:
     ]
     for group in dict.fromkeys(row.group for row in result.workloads):
         lines += [
-            f"### {'Programs' if group == 'program' else 'Operations on an equinox model'}",
+            f"### {_GROUP_TITLES.get(group, group)}",
             "",
             "| workload | plain | installed | speedup [interval] | where the time goes |",
             "|---|---:|---:|---:|---|",

@@ -13,6 +13,7 @@ from benchmarks.workloads import (
     checkpoint,
     equinox_jit,
     equinox_ops,
+    nnx_ops,
     nnx_train_step,
     optax_adamw,
     trace_lower,
@@ -26,6 +27,7 @@ WORKLOADS: tuple[Workload, ...] = (
     trace_lower.WORKLOAD,
     checkpoint.WORKLOAD,
     *equinox_ops.WORKLOADS,
+    *nnx_ops.WORKLOADS,
 )
 WORKLOAD_OP = "workload"
 """The op name workloads answer to in ``--only``, e.g. ``--only 'workload/nnx*'``."""

@@ -20,9 +20,9 @@ import numpy as np
 
 from benchmarks.unsupported import Unsupported
 
-PROGRAM, EQUINOX_MODEL = "program", "equinox model"
-"""Workload groups: end-to-end program fragments, and single operations on an equinox model
-(where fastree's library nodes apply)."""
+PROGRAM, EQUINOX_MODEL, NNX_MODEL = "program", "equinox model", "nnx model"
+"""Workload groups: end-to-end program fragments, and single operations on an equinox model and
+on a flax.nnx model (where fastree's library nodes apply)."""
 
 
 def require(module: str) -> ModuleType:
