@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from benchmarks.workloads.base import NNX_MODEL, Prepared, Workload, require, shapes_fingerprint
+from benchmarks.workloads.nnx_train_step import apply_update
 
 WIDTH = 32
 SIZES = {"tiny": 2, "quick": 20, "full": 20}
@@ -177,7 +178,6 @@ def _train_step(s: SimpleNamespace) -> Callable[[], Any]:
     import jax.numpy as jnp
     from flax import nnx
 
-    update_takes_model = "model" in inspect.signature(nnx.Optimizer.update).parameters
     x = jnp.ones((8, WIDTH))
 
     @nnx.jit
@@ -186,10 +186,7 @@ def _train_step(s: SimpleNamespace) -> Callable[[], Any]:
             return (model(x) ** 2).mean()
 
         loss, grads = nnx.value_and_grad(loss_fn)(model)
-        if update_takes_model:
-            optimizer.update(model, grads)
-        else:
-            optimizer.update(grads)
+        apply_update(optimizer, model, grads)
         return loss
 
     return lambda: jax.block_until_ready(step(s.model, s.optimizer))

@@ -42,8 +42,6 @@ def _classes() -> SimpleNamespace:
     from flax import nnx
 
     module_list = getattr(nnx, "List", list)  # flax < 0.12 takes a plain list
-    # flax 0.11 made the model an argument of Optimizer.update (before: update(grads)).
-    update_takes_model = "model" in inspect.signature(nnx.Optimizer.update).parameters
 
     class Block(nnx.Module):
         def __init__(self, rngs: Any) -> None:
@@ -70,13 +68,19 @@ def _classes() -> SimpleNamespace:
             return ((model(x) - y) ** 2).mean()
 
         loss, grads = nnx.value_and_grad(loss_fn)(model)
-        if update_takes_model:
-            optimizer.update(model, grads)
-        else:
-            optimizer.update(grads)
+        apply_update(optimizer, model, grads)
         return loss
 
     return SimpleNamespace(Net=Net, train_step=train_step)
+
+
+def apply_update(optimizer: Any, model: Any, grads: Any) -> None:
+    """``optimizer.update`` as the installed flax takes it: flax 0.11 made the model an argument
+    (before: ``update(grads)``)."""
+    if "model" in inspect.signature(type(optimizer).update).parameters:
+        optimizer.update(model, grads)
+    else:
+        optimizer.update(grads)
 
 
 WORKLOAD = Workload(
