@@ -36,8 +36,8 @@ Py_ssize_t AuxLength(const AttrNode* n) { return NumMeta(n) + (n->extra_fields ?
 // The native read trusts two things only a plain instance gives: the class's attribute lookup
 // is object's (so `obj.__dict__` and a slot are what Python itself would read), and __dict__ is
 // an exact dict (so a lookup is PyDict's, as `obj.__dict__.get` would be). An instance whose
-// class overrides __getattribute__ / __getattr__ (tp_getattro), or whose __dict__ was replaced
-// by a dict subclass with its own `get`, is read through Python's attribute protocol instead
+// class overrides __getattribute__ (PlainAttributeAccess), or whose __dict__ was replaced by a
+// dict subclass with its own `get`, is read through Python's attribute protocol instead
 // (`general`), or, where an integration attached the library's functions, by the library.
 struct Instance {
     PyObject* obj;   // borrowed: the caller's
