@@ -11,6 +11,10 @@ struct JaxTexts {
     // jax 0.12 names the node type when comparing metadata (aux data) raises ("... metadata
     // fields of pytree node of type <class ...>. ..."); before, "... of pytree. ...".
     bool aux_equality_names_type = false;
+    // Not a text: up to jaxlib 0.10 a dict that a callback grew during a treedef-building walk
+    // ends in a RuntimeError (its size is recorded after its values); later jaxlib builds the
+    // dict as the walk reached it. kinds_read.h's DictSizeKept follows the installed JAX.
+    bool dict_grown_mid_walk_raises = false;
 };
 
 // The module state's texts (module_state.h): written once at import, under the GIL. Out of

@@ -27,6 +27,7 @@
 #include "aux_check.h"
 #include "custom_output.h"
 #include "dict_items.h"
+#include "jax_texts.h"
 #include "keys.h"
 #include "node_kinds.h"
 #include "pyutils.h"
@@ -93,11 +94,14 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
     return true;
 }
 
-// Whether a dict still has the `n` keys it had when the walk reached it; a RuntimeError if not.
-// jaxlib records a dict's size after walking its values, so a callback that added keys to it
+// Whether a dict still has the `n` keys it had when the walk reached it; a RuntimeError if not,
+// where the installed JAX rejects such a dict (JaxTexts::dict_grown_mid_walk_raises). jaxlib up
+// to 0.10 records a dict's size after walking its values, so a callback that added keys to it
 // meanwhile leaves a treedef whose arity exceeds its children (tree_structure and unflatten
 // then raise RuntimeError "Too few elements ..."); fastree raises when it happens, naming why,
-// rather than build that treedef. Only walks that build a treedef or an output ask.
+// rather than build that treedef. Later jaxlib builds the dict as the walk reached it, and so
+// does fastree then (the keys and values it gathered). Only walks that build a treedef or an
+// output ask.
 [[gnu::cold, gnu::noinline]] inline bool DictSizeChanged(Py_ssize_t was, Py_ssize_t now) {
     PyErr_Format(PyExc_RuntimeError,
                  "a dict in the pytree changed size while it was being flattened (%zd keys when "
@@ -110,7 +114,7 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
 // `epoch`: UserCodeEpoch() when the dict was reached; no such callback since, no check (a
 // single-pass tree_map's f may change the dict: JAX runs f after flattening, unseen).
 inline bool DictSizeKept(PyObject* dict, size_t n, uint64_t epoch) {
-    if (UserCodeEpoch() == epoch) return true;
+    if (UserCodeEpoch() == epoch || !Texts().dict_grown_mid_walk_raises) return true;
     const Py_ssize_t now = PyDict_GET_SIZE(dict);
     return now == static_cast<Py_ssize_t>(n) || DictSizeChanged(static_cast<Py_ssize_t>(n), now);
 }

@@ -196,11 +196,14 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         "type whether it is plain static data; reporter(node_type, aux, tree) warns or raises.");
     m.def(
         "set_jax_texts",
-        [](bool dict_mismatch_shows_dict, bool aux_equality_names_type) {
+        [](bool dict_mismatch_shows_dict, bool aux_equality_names_type,
+           bool dict_grown_mid_walk_raises) {
             Texts().dict_mismatch_shows_dict = dict_mismatch_shows_dict;
             Texts().aux_equality_names_type = aux_equality_names_type;
+            Texts().dict_grown_mid_walk_raises = dict_grown_mid_walk_raises;
         },
         py::arg("dict_mismatch_shows_dict"), py::arg("aux_equality_names_type"),
+        py::arg("dict_grown_mid_walk_raises"),
         "Selects the error texts of the installed JAX release (see csrc/jax_texts.h).");
     m.def("set_strict_aux", [](bool strict) { aux::SetStrict(strict); }, py::arg("strict"),
           "Strict mode: aux_data must also be hashable (unhashable containers are reported).");

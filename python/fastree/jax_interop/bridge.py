@@ -274,4 +274,5 @@ def install() -> None:
     _core.set_jax_texts(
         dict_mismatch_shows_dict=_jax_compat.JAX_DICT_MISMATCH_SHOWS_DICT,
         aux_equality_names_type=_jax_compat.JAX_AUX_EQUALITY_NAMES_TYPE,
+        dict_grown_mid_walk_raises=_jax_compat.JAX_REJECTS_A_DICT_GROWN_MID_WALK,
     )

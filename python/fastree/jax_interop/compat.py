@@ -431,6 +431,30 @@ JAX_AUX_EQUALITY_NAMES_TYPE = "pytree node of type" in _jax_error_text(
 )
 """jax 0.12 and later name the node type when comparing aux data raises."""
 
+
+def _jax_rejects_a_dict_grown_mid_walk() -> bool:
+    # jaxlib up to 0.10 records a dict's size after walking its values: a callback that added a
+    # key meanwhile leaves a treedef with more arity than children, which JAX then rejects
+    # (RuntimeError "Too few elements ..."). Later jaxlib keeps the keys it sorted and builds the
+    # structure of the dict as the walk reached it. Asked of the installed JAX once.
+    d: dict[str, Any] = {"a": 1}
+
+    def is_leaf(x: Any) -> bool:
+        if x == 1 and "b" not in d:
+            d["b"] = 2
+        return False
+
+    try:
+        str(tree_util.tree_structure(d, is_leaf=is_leaf))
+    except RuntimeError:
+        return True
+    return False
+
+
+JAX_REJECTS_A_DICT_GROWN_MID_WALK = _jax_rejects_a_dict_grown_mid_walk()
+"""Whether JAX raises (RuntimeError) for a dict a callback grew while a treedef-building walk was
+in it; otherwise JAX gives the structure of the dict as the walk reached it."""
+
 JAX_EXPLAINS_MAP_ERRORS = _jax_error_text(
     lambda: tree_util.tree_map(lambda *_: None, (1,), (1, 2))
 ).startswith("pytree structure error")
