@@ -73,8 +73,9 @@ def report(case, expected, got):
 
 
 for case, (fields, static, kwargs) in DATACLASS_CASES.items():
+    # Whether JAX raises at all depends on its version (drop_fields' rules changed in 0.11.1):
+    # fastree must then raise nothing either, which report() compares too.
     expected = text(lambda: jtu.register_dataclass(make(fields, static), **kwargs))
-    assert expected.startswith("ValueError"), expected
     for preserve_identity in (False, True):
         got = text(lambda: tu.register_dataclass(
             make(fields, static), preserve_identity=preserve_identity, **kwargs

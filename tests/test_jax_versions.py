@@ -357,3 +357,20 @@ def test_import_below_the_floor_is_a_clear_import_error():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "fastree needs jax >= 0.6.2; the installed jax is 0.4.36" in out.stdout
+
+
+def test_overlap_rule_matches_the_installed_jax():
+    # JAX_DATACLASS_REJECTS_OVERLAP: jax 0.9+ rejects overlapping data and meta fields.
+    def make():
+        return dataclasses.make_dataclass("Overlap", [("a", int), ("b", int)])
+
+    _, jax_error = _outcome(
+        lambda: jtu.register_dataclass(make(), data_fields=["a", "b"], meta_fields=["b"])
+    )
+    assert (jax_error is not None) == _jax_compat.JAX_DATACLASS_REJECTS_OVERLAP
+    _, error = _outcome(
+        lambda: tu.register_dataclass(
+            make(), data_fields=["a", "b"], meta_fields=["b"], preserve_identity=True
+        )
+    )
+    assert type(error) is type(jax_error) and str(error) == str(jax_error)

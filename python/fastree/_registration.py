@@ -247,7 +247,7 @@ def _check_dataclass_fields(
             if unexpected := given - init_fields:
                 message += f" Unexpected fields: {unexpected}."
             raise ValueError(message)
-    if overlap := set(data) & set(meta):
+    if _jax_compat.JAX_DATACLASS_REJECTS_OVERLAP and (overlap := set(data) & set(meta)):
         raise ValueError(
             f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
         )

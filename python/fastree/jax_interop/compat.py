@@ -60,6 +60,7 @@ from jax._src import tree_util as internal
 
 __all__ = [
     "JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS",
+    "JAX_DATACLASS_REJECTS_OVERLAP",
     "JAX_DROP_FIELDS_READ_AS_CHARACTERS",
     "JAX_ITERABLE_LEAF_TYPES",
     "JAX_ITERABLE_LEAF_WARNING",
@@ -138,6 +139,11 @@ JAX_DATACLASS_DEFAULTS_OMIT_DROP_FIELDS = JAX_VERSION >= (0, 11, 1)
 """jax 0.11.1 and later leave ``drop_fields`` out of the data and meta fields that
 ``register_dataclass`` derives from a dataclass's fields; before, they stayed in (and the
 registration failed its own check). No error text tells the two apart, so the version does."""
+
+JAX_DATACLASS_REJECTS_OVERLAP = JAX_VERSION >= (0, 9, 0)
+"""jax 0.9 and later reject ``register_dataclass`` data and meta fields that overlap
+("data_fields and meta_fields must not overlap ..."); before, JAX registered them as given
+(checked in the 0.8.2 and 0.9.0 wheels)."""
 
 JAX_DROP_FIELDS_READ_AS_CHARACTERS = JAX_VERSION < (0, 10, 0)
 """Before jax 0.10, ``register_dataclass``'s field check removed ``drop_fields`` from the init
