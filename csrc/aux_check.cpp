@@ -95,7 +95,56 @@ Walk Visit(PyObject* value, int depth, bool* frozen) {
     return Classify(value);
 }
 
+// reporter(node_type, aux, root, [is_leaf=...], [key_path=...]). False with its error set.
+bool Report(const AuxState::PendingReport& report) {
+    PyObject* args[5] = {report.node_type.get(), report.aux.get(), report.root.get()};
+    Py_ssize_t nkw = 0;
+    Ref kwnames(PyTuple_New(static_cast<bool>(report.is_leaf) + static_cast<bool>(report.key_path)));
+    if (!kwnames) return false;
+    if (report.is_leaf) {
+        PyObject* name = PyUnicode_InternFromString("is_leaf");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = report.is_leaf.get();
+    }
+    if (report.key_path) {
+        PyObject* name = PyUnicode_InternFromString("key_path");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = report.key_path.get();
+    }
+    // The hooks may be replaced (or cleared) while the walk or the reporter runs.
+    Ref reporter = Ref::FromBorrowed(S().reporter.get());
+    if (!reporter) return true;
+    Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
+    return static_cast<bool>(r);
+}
+
 }  // namespace
+
+ReportScope::ReportScope() { ++S().report_depth; }
+
+ReportScope::~ReportScope() {
+    if (--S().report_depth == 0 && !S().pending.empty()) {
+        // Moved out first: releasing the references can run Python code.
+        auto dropped = std::move(S().pending);
+        S().pending.clear();
+    }
+}
+
+bool ReportScope::Flush() {
+    if (S().report_depth != 1) return true;  // a nested entry point: the outermost reports
+    while (!S().pending.empty()) {
+        // Taken out one at a time: the reporter may call fastree again (its own scope then
+        // reports at once only if it is outermost, which it is not: depth stays 1 here).
+        std::vector<AuxState::PendingReport> batch = std::move(S().pending);
+        S().pending.clear();
+        for (const auto& report : batch) {
+            if (!Report(report)) return false;  // strict mode's error; the rest dropped
+        }
+    }
+    return true;
+}
 
 bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
     uint64_t unused = 0;
@@ -111,30 +160,16 @@ bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_
         if (frozen && S().epoch == epoch) *stamp = epoch;
         return true;
     }
-    // reporter(node_type, aux, root, [is_leaf=...], [key_path=...])
     Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
     if (site.path != nullptr && !key_path) return false;
-    PyObject* args[5] = {node_type, aux, site.root};
-    Py_ssize_t nkw = 0;
-    Ref kwnames(PyTuple_New((site.is_leaf != nullptr) + (site.path != nullptr)));
-    if (!kwnames) return false;
-    if (site.is_leaf != nullptr) {
-        PyObject* name = PyUnicode_InternFromString("is_leaf");
-        if (name == nullptr) return false;
-        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
-        args[3 + nkw++] = site.is_leaf;
+    AuxState::PendingReport report{Ref::FromBorrowed(node_type), Ref::FromBorrowed(aux),
+                                   Ref::FromBorrowed(site.root), Ref::FromBorrowed(site.is_leaf),
+                                   std::move(key_path)};
+    if (S().report_depth > 0) {  // made when the entry point's walk is over (ReportScope)
+        S().pending.push_back(std::move(report));
+        return true;
     }
-    if (site.path != nullptr) {
-        PyObject* name = PyUnicode_InternFromString("key_path");
-        if (name == nullptr) return false;
-        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
-        args[3 + nkw++] = key_path.get();
-    }
-    // The hooks may be replaced (or cleared) while the walk above or the reporter runs.
-    Ref reporter = Ref::FromBorrowed(S().reporter.get());
-    if (!reporter) return true;
-    Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
-    return static_cast<bool>(r);
+    return Report(report);
 }
 
 void SetHooks(PyObject* classify, PyObject* reporter) {

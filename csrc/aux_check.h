@@ -13,6 +13,7 @@
 
 #include "module_state.h"
 #include "path_stack.h"
+#include "pyutils.h"
 
 namespace fastree {
 namespace aux {
@@ -45,6 +46,40 @@ inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, u
     if (*stamp == ModState().aux.epoch) return true;
     return CheckAndStamp(node_type, aux, site, stamp);
 }
+
+// The reports an entry point's walk finds are made once the walk is over, where the reporter's
+// Python code (it walks the tree again to name the node's key path, calling the tree's flatten
+// functions and is_leaf; it warns, or raises in strict mode) cannot change the walk, as JAX's
+// walk runs none of it. A scope per entry point (ReportAfter below); nested entry points (a
+// callback calling fastree) leave theirs to the outermost. Outside any scope a report is made
+// at once.
+class ReportScope {
+ public:
+    ReportScope();
+    ~ReportScope();  // drops reports not made (the call failed)
+    ReportScope(const ReportScope&) = delete;
+    ReportScope& operator=(const ReportScope&) = delete;
+    // Makes the pending reports (outermost scope only). False with the reporter's error set.
+    bool Flush();
+};
+
+// F, with the reports its walk finds made after it returns a result (ReportScope): a strict
+// mode error then replaces the result.
+template <auto F>
+struct ReportingAfter;
+
+template <class... A, PyObject* (*F)(A...)>
+struct ReportingAfter<F> {
+    static PyObject* Call(A... args) {
+        ReportScope scope;
+        PyObject* result = F(args...);
+        if (result != nullptr && !scope.Flush()) Py_CLEAR(result);
+        return result;
+    }
+};
+
+template <auto F>
+constexpr auto ReportAfter = &ReportingAfter<F>::Call;
 
 void SetHooks(PyObject* classify, PyObject* reporter);
 void SetStrict(bool strict);

@@ -19,10 +19,12 @@ namespace fastree {
 namespace {
 
 // Casts for PyMethodDef: fast-call signatures are stored as PyCFunction.
-// (Each is also wrapped in Guard: see pyutils.h.)
+// (Each is also wrapped in Guard, see pyutils.h, and makes its aux_data reports after its walk,
+// see aux::ReportScope.)
 template <auto F>
 PyCFunction Fn() {
-    return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
+    return reinterpret_cast<PyCFunction>(
+        reinterpret_cast<void (*)(void)>(Guard<aux::ReportAfter<F>>));
 }
 
 constexpr int kFastKw = METH_FASTCALL | METH_KEYWORDS;

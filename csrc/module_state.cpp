@@ -53,6 +53,13 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
     Py_VISIT(aux.classify.get());
     Py_VISIT(aux.reporter.get());
     for (const auto& entry : aux.verdicts) Py_VISIT(entry.second.type.get());
+    for (const auto& report : aux.pending) {
+        Py_VISIT(report.node_type.get());
+        Py_VISIT(report.aux.get());
+        Py_VISIT(report.root.get());
+        Py_VISIT(report.is_leaf.get());
+        Py_VISIT(report.key_path.get());
+    }
 
     Py_VISIT(treedef.type.get());
     Py_VISIT(treedef.to_jax_hook.get());
@@ -85,6 +92,8 @@ void ModuleState::Clear() {
     Ref reporter = std::move(aux.reporter);
     auto verdicts = std::move(aux.verdicts);
     aux.verdicts.clear();
+    auto pending = std::move(aux.pending);
+    aux.pending.clear();
 
     Ref to_jax_hook = std::move(treedef.to_jax_hook);
     Ref map_error_hook = std::move(treedef.map_error_hook);

@@ -122,6 +122,14 @@ struct AuxState {
     // Bumped whenever a verdict could change (hooks, strict mode, verdicts dropped): a stamp
     // taken at an earlier epoch no longer vouches for anything (see aux::CheckStamped).
     uint64_t epoch = 1;
+    // Reports found during an entry point's walk, made after it (aux::ReportScope): the
+    // reporter runs Python code (it locates the node by walking the tree again, with the tree's
+    // own flatten functions and is_leaf) that must not run inside the walk. Owned; visited.
+    struct PendingReport {
+        Ref node_type, aux, root, is_leaf, key_path;  // is_leaf, key_path: null when absent
+    };
+    std::vector<PendingReport> pending;
+    int report_depth = 0;  // entry points in progress (nested: a callback calling fastree)
 };
 
 struct TreeDefState {

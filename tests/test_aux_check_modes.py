@@ -176,3 +176,34 @@ def test_the_audit_still_probes_eq():
     box = _box_type()
     report = fastree.audit({"b": box(NotBool())})
     assert any("eq" in problem for entry in report.entries for problem in entry.problems)
+
+
+def test_the_report_runs_after_the_walk_so_a_stateful_is_leaf_sees_what_jax_sees(mode):
+    # The reporter walks the tree again (with is_leaf) to name the node: made after the walk, an
+    # is_leaf whose answers depend on how often it ran answers the walk as under JAX.
+    from fastree.jax_interop.compat import tree_util as jax_tu
+
+    mode("warn")
+    fastree.diagnostics.aux._reset_warnings()
+
+    def run(lib):
+        class Box:
+            def __init__(self, meta, x):
+                self.meta, self.x = meta, x
+
+        lib.register_pytree_node(Box, lambda b: ((b.x,), b.meta), lambda m, xs: Box(m, xs[0]))
+        calls = []
+
+        def is_leaf(x):
+            calls.append(1)
+            return len(calls) == 6  # the sixth object the walk asks about stays a leaf
+
+        tree = [Box(np.zeros(2), [1, 2]), [3, [4, 5]], (6, 7)]
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            leaves, treedef = lib.tree_flatten(tree, is_leaf=is_leaf)
+        return [repr(x) for x in leaves], treedef.num_nodes, len(record)
+
+    got, jax = run(tu), run(jax_tu)
+    assert got[:2] == jax[:2]
+    assert got[2] == 1 and jax[2] == 0  # fastree warned, after the walk

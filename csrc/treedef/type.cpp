@@ -1,6 +1,7 @@
 // The PyTreeDef Python type: slots, methods, and the GC protocol.
 #include <new>
 
+#include "aux_check.h"
 #include "module_state.h"
 #include "pyutils.h"
 #include "node_kinds.h"
@@ -152,9 +153,10 @@ PyObject* MToJax(PyObject* self, PyObject*) {
 }
 
 // A METH_FASTCALL | METH_KEYWORDS function, exception-guarded, as a PyCFunction.
+// Its aux_data reports are made after its walk (aux::ReportScope).
 template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)>
 const PyCFunction FastCall =
-    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<aux::ReportAfter<F>>));
 
 PyMethodDef kMethods[] = {
     {"unflatten", Guard<MUnflatten>, METH_O,
