@@ -63,7 +63,7 @@ def test_an_instance_with_a_dict_subclass_is_read_through_getattr():
     assert tu.tree_leaves(p) == [1, 2]
     object.__setattr__(p, "__dict__", _GetLies(x=10, y=20))
     # Python's own reading: getattr finds the values in the (subclass) dict.
-    assert tu.tree_leaves(p) == [getattr(p, "x"), getattr(p, "y")] == [10, 20]
+    assert tu.tree_leaves(p) == [p.x, p.y] == [10, 20]
 
 
 def test_a_class_serving_another_dict_is_read_through_getattr():

@@ -162,7 +162,7 @@ def test_no_user_eq_runs_during_a_walk(mode, checks):
 def test_an_interrupting_eq_in_aux_data_does_not_stop_a_walk(mode):
     mode("warn")
     box = _box_type()
-    leaves, treedef = tu.tree_flatten({"a": box(_InterruptingEq()), "b": 1})
+    leaves, _ = tu.tree_flatten({"a": box(_InterruptingEq()), "b": 1})
     assert leaves == [1]
 
 
