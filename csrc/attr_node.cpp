@@ -3,11 +3,10 @@
 #include "attr_node.h"
 #include "attr_mapping.h"
 
-#include <algorithm>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "dict_items.h"
 #include "keys.h"
 #include "registry.h"
 
@@ -161,26 +160,20 @@ bool SameItems(PyObject* t, const Vec& items) {
 // The aux data of an instance, as a new tuple (or the shared regular one).
 // tuple(sorted(meta.items())) for a meta_items node: a new reference; null with no error when
 // the value is not an exact dict of exact str keys (the library reads that instance), or with
-// an error set. The keys are distinct exact str: the sort compares no values and runs no
-// Python code.
+// an error set. The pairs come from GatherDictItems, in the sorted-key order a dict flattens in
+// (for exact str keys: no Python code runs).
 PyObject* SortedItems(PyObject* meta) {
     if (!PyDict_CheckExact(meta)) return nullptr;
-    std::vector<std::pair<Ref, Ref>> items;
-    items.reserve(static_cast<size_t>(PyDict_GET_SIZE(meta)));
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(meta, &pos, &key, &value)) {
         if (!PyUnicode_CheckExact(key)) return nullptr;
-        items.emplace_back(Ref::FromBorrowed(key), Ref::FromBorrowed(value));
     }
-    std::vector<size_t> order(items.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return PyUnicode_Compare(items[a].first.get(), items[b].first.get()) < 0;
-    });
-    return NewSequenceOf<true>(static_cast<Py_ssize_t>(order.size()), [&](Py_ssize_t i) {
-        const auto& item = items[order[static_cast<size_t>(i)]];
-        return PyTuple_Pack(2, item.first.get(), item.second.get());
+    Items items;  // owned (key, value) pairs
+    if (!GatherDictItems(meta, items)) return nullptr;
+    return NewSequenceOf<true>(static_cast<Py_ssize_t>(items.size()), [&](Py_ssize_t i) {
+        const Item& item = items[static_cast<size_t>(i)];
+        return PyTuple_Pack(2, item.key, item.value);
     });
 }
 
