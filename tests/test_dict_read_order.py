@@ -34,12 +34,13 @@ WALKERS = {
     "reduce": lambda lib, t, il: lib.tree_reduce(lambda a, b: (a, b), t, is_leaf=il),
 }
 
+# Each takes the dict and the key maker of the run (str keys, or ints).
 MUTATIONS = {
-    "pop": lambda d: d.pop("c", None),
-    "replace": lambda d: d.__setitem__("c", 40),
-    "replace_with_a_subtree": lambda d: d.__setitem__("c", [41, 42]),
-    "add_a_key": lambda d: d.__setitem__("b", 30),
-    "clear": lambda d: d.clear(),
+    "pop": lambda d, k: d.pop(k("c"), None),
+    "replace": lambda d, k: d.__setitem__(k("c"), 40),
+    "replace_with_a_subtree": lambda d, k: d.__setitem__(k("c"), [41, 42]),
+    "add_a_key": lambda d, k: d.__setitem__(k("b"), 30),
+    "clear": lambda d, k: d.clear(),
 }
 
 
@@ -56,23 +57,10 @@ def _run(lib: Any, walker: str, mutation: str, keys: str) -> Any:
 
     def is_leaf(x: Any) -> bool:
         if x == 2:
-            MUTATIONS[mutation](d) if keys == "str" else _mutate_int_keyed(d, mutation)
+            MUTATIONS[mutation](d, make_key)
         return False
 
     return _outcome(lambda: WALKERS[walker](lib, d, is_leaf))
-
-
-def _mutate_int_keyed(d: dict, mutation: str) -> None:
-    if mutation == "pop":
-        d.pop(ord("c"), None)
-    elif mutation == "replace":
-        d[ord("c")] = 40
-    elif mutation == "replace_with_a_subtree":
-        d[ord("c")] = [41, 42]
-    elif mutation == "add_a_key":
-        d[ord("b")] = 30
-    else:
-        d.clear()
 
 
 # Walks that build a treedef or an output record a dict's size; the others only read values.
@@ -121,7 +109,7 @@ def test_custom_flatten_changing_a_later_key_is_seen_as_jax_sees_it(mutation):
         d: dict = {}
 
         def flatten(node):
-            MUTATIONS[mutation](d)
+            MUTATIONS[mutation](d, str)
             return (), None
 
         lib.register_pytree_node(Meddler, flatten, lambda _, __: Meddler())
