@@ -62,6 +62,18 @@ int IntKeys(const AttrNode* node, PyObject* dict) {
     return -1;
 }
 
+bool SameKey(PyObject* a, PyObject* b) {
+    if (PyLong_CheckExact(a) != PyLong_CheckExact(b)) return false;
+    return PyLong_CheckExact(a) ? PyObject_RichCompareBool(a, b, Py_EQ) == 1
+                                : PyUnicode_Compare(a, b) == 0;
+}
+
+PyObject* KeyName(PyObject* key) {
+    return PyLong_CheckExact(key) ? PyObject_Str(key) : Py_NewRef(key);
+}
+
+}  // namespace
+
 // `name` as int() reads it, or `name` itself (a new reference); null with an error set on a
 // failure other than the ValueError of a name that is no integer.
 PyObject* MaybeInt(PyObject* name) {
@@ -80,18 +92,6 @@ bool KeyLess(PyObject* a, PyObject* b) {
     if (a_int) return PyObject_RichCompareBool(a, b, Py_LT) == 1;
     return PyUnicode_Compare(a, b) < 0;
 }
-
-bool SameKey(PyObject* a, PyObject* b) {
-    if (PyLong_CheckExact(a) != PyLong_CheckExact(b)) return false;
-    return PyLong_CheckExact(a) ? PyObject_RichCompareBool(a, b, Py_EQ) == 1
-                                : PyUnicode_Compare(a, b) == 0;
-}
-
-PyObject* KeyName(PyObject* key) {
-    return PyLong_CheckExact(key) ? PyObject_Str(key) : Py_NewRef(key);
-}
-
-}  // namespace
 
 Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields* out) {
     Ref flags(DataFlags(node, dict));

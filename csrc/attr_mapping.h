@@ -52,5 +52,13 @@ PyObject* MappingChildKey(PyObject* aux, Py_ssize_t k);
 // object.__new__(cls) (attr_node.cpp).
 PyObject* NewInstance(PyObject* cls);
 
+// nnx's key order, shared by the mapping layout and flax's graph walk (nnx_graph):
+// `name` as int() reads it, or `name` itself (a new reference); null with an error set on a
+// failure other than the ValueError of a name that is no integer.
+PyObject* MaybeInt(PyObject* name);
+// Ints before strs; ints by value, strs by code point (sorted()'s order for such keys, and
+// flax's _type_aware_sort). Exact int and str only: no Python code runs.
+bool KeyLess(PyObject* a, PyObject* b);
+
 }  // namespace attr
 }  // namespace fastree

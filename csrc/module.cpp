@@ -9,6 +9,7 @@
 #include "pyutils.h"
 #include "keys.h"
 #include "module_state.h"
+#include "nnx_graph.h"
 #include "registry.h"
 #include "treedef.h"
 #include "treedef_ops.h"
@@ -230,6 +231,18 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("type"),
         "(data_fields, meta_fields) of a type registered with fastree's register_dataclass, "
         "else None.");
+    m.def(
+        "nnx_graph_flatten",
+        [](py::handle node, bool with_paths, py::handle ref_mapping, py::handle outer_mapping,
+           py::handle context) {
+            PyObject* out = nnx_graph::Flatten(node.ptr(), with_paths, ref_mapping.ptr(),
+                                               outer_mapping.ptr(), context.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("node"), py::arg("with_paths"), py::arg("ref_mapping"), py::arg("outer_mapping"),
+        py::arg("context"),
+        "flax.nnx graphlib.flatten in graph mode (csrc/nnx_graph.h), or None where not served.");
     m.def(
         "attribute_node",
         [](py::handle type) -> py::object {

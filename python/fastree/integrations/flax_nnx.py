@@ -114,6 +114,7 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     """
     if not known_version():
         return None
+    _attach_graph_mode()
     variable = _variable_node(cls, flatten_with_keys, unflatten, flatten)
     if variable is not None:
         return variable
@@ -139,4 +140,13 @@ def accelerate() -> list[type]:
     As :func:`fastree.integrations.equinox.accelerate`: JAX keeps flax's functions for those
     classes; fastree's own functions (and the routed ``jax.tree_util`` ones) read them natively.
     """
+    _attach_graph_mode()
     return _library.accelerate_with(native_node)
+
+
+def _attach_graph_mode() -> None:
+    # Graph mode (flax_nnx_graph) attaches once flax.nnx.graphlib has loaded: at the first class
+    # flax registers after that (nnx.Module's, before flax.nnx re-exports graphlib's functions).
+    from . import flax_nnx_graph
+
+    flax_nnx_graph.attach()

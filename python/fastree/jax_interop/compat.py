@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import re
 import types
 import warnings
@@ -74,7 +75,9 @@ __all__ = [
     "JAX_EXPLAINS_MAP_ERRORS",
     "PUBLIC_TREE_NAMES",
     "PUBLIC_TREE_UTIL_NAMES",
+    "ARRAY_REF_TYPES",
     "Array",
+    "ArrayImpl",
     "Tracer",
     "internal",
     "is_jax_register_dataclass_entry",
@@ -207,6 +210,25 @@ public_tree_module = _jax_tree
 # The classes the aux_data checks recognise (fastree.diagnostics.aux).
 Array = jax.Array
 Tracer = jax.core.Tracer
+
+
+def _array_ref_types() -> tuple[type, ...]:
+    # jax's mutable array refs (``jax.new_ref``; ``core.MutableArray`` before it was ``Ref``)
+    # and their avals: the classes whose instances flax.nnx treats as array refs.
+    core = importlib.import_module("jax._src.core")
+    found = [getattr(core, name) for name in ("Ref", "MutableArray") if hasattr(core, name)]
+    try:
+        found.append(importlib.import_module("jax._src.state.types").AbstractRef)
+    except (ImportError, AttributeError):
+        pass
+    return tuple(cls for cls in found if isinstance(cls, type))
+
+
+ARRAY_REF_TYPES = _array_ref_types()
+"""Classes whose instances may be array refs (for fastree.integrations.flax_nnx_graph)."""
+
+ArrayImpl = importlib.import_module("jax._src.array").ArrayImpl
+"""jax's concrete array class: a jax.Array that is never a ref."""
 
 
 # ------------------------------------------------------------------------------------------------

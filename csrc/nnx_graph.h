@@ -1,0 +1,67 @@
+// flax.nnx's graph mode (nnx.split / state / graphdef / merge and the flatten and unflatten inside
+// nnx.jit and the other nnx transforms), served natively for the flax versions
+// python/fastree/integrations/flax_nnx_graph.py knows.
+//
+// flax walks a module graph in Python (flax/nnx/graphlib.py, `_graph_flatten` and
+// `_graph_unflatten`): per node an isinstance through Variable's metaclass, `sorted(vars(node))`,
+// a reference map keyed by id(), and frozen dataclasses (NodeDef, VariableDef, NodeRef, Static)
+// built one __init__ at a time. These functions make the same objects, in the same order, from
+// C. Everything flax-specific they need comes in from Python as a `Context` tuple (the classes,
+// the singletons, a per-type table of kinds): nothing here names a flax symbol, and the Python
+// side decides, per type, what may be served natively (kinds below).
+//
+// A walk that meets anything it does not serve (an array ref, a tracer, a hijax Variable, a key
+// that is not an exact str or int) returns None before it has changed anything the caller can
+// see, and the Python side runs flax's own function instead.
+#pragma once
+
+#include <Python.h>
+
+namespace fastree::nnx_graph {
+
+// What a type is to flax's graph walk: the `kind` in a Context table entry (code, impl,
+// impl.type). The Python side computes it once per type (flax_nnx_graph._classify).
+enum Kind : int {
+    kLeaf = 0,          // no node impl, not a Variable, never an array ref: a leaf; a static
+                        // attribute unless its owner marks it data
+    kArrayLeaf = 1,     // a numpy or jax array (never a ref): always a leaf attribute
+    kVariable = 2,      // a Variable class with flax's own slots and accessors
+    kNnxPytree = 3,     // a graph node flattened by Pytree._graph_node_flatten (read natively)
+    kGraphNode = 4,     // another GraphNodeImpl: its flatten function is called
+    kPytreeNode = 5,    // a PytreeNodeImpl (registry entry or JAX pytree): its flatten is called
+    kList = 6,          // list, with flax's own registration (enumerate)
+    kTuple = 7,         // tuple, with flax's own registration (enumerate)
+    kNone = 8,          // None, with flax's own registration (no children)
+    kDict = 9,          // dict, with flax's own registration (sorted items)
+    kUnserved = 10,     // a tracer, an array ref, a hijax Variable...: flax's function runs
+    kPytreeState = 11,  // pytreelib.PytreeState through the generic pytree impl: no children,
+                        // metadata IndexesPytreeDef({}, treedef of its (initializing, is_setup))
+};
+
+// The positions in the Context tuple the Python side passes to every call.
+enum ContextItem : Py_ssize_t {
+    kKinds = 0,          // dict: type -> (kind, impl, impl.type), filled by kClassify
+    kClassify,           // callable(type) -> that entry (and stores it in kKinds)
+    kNodeDefType,        // graphlib.NodeDef
+    kVariableDefType,    // graphlib.VariableDef
+    kNodeRefType,        // graphlib.NodeRef
+    kStaticType,         // graphlib.Static
+    kHashableMapping,    // flax.typing.HashableMapping
+    kNodeAttr,           // graphlib.NODE_ATTR
+    kLeafAttr,           // graphlib.LEAF_ATTR
+    kDataElem,           // graphlib.DataElem
+    kStaticElem,         // graphlib.StaticElem
+    kIndexesPytreeDef,   // graphlib.IndexesPytreeDef (a NamedTuple)
+    kStateTreedefs,      // dict: (initializing, is_setup) -> the treedef flax made for it
+    kContextSize,
+};
+
+// graphlib.flatten(node, with_paths=..., ref_index=..., ref_outer_index=...) in graph mode, for
+// a Python-side RefMap: `ref_mapping` is its `_mapping` dict (id -> (object, index)), read only;
+// `outer_mapping` the outer RefMap's, or None. Returns (nodes, attributes, leaves, paths or
+// None, added) where `added` holds the entries the walk gives the RefMap, in order (the caller
+// merges them in), or None where the walk is not served, or null with an error set.
+PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping,
+                  PyObject* context);
+
+}  // namespace fastree::nnx_graph

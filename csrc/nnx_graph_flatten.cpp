@@ -1,0 +1,530 @@
+// flax.nnx graphlib.flatten in graph mode (nnx_graph.h), natively.
+//
+// The walk mirrors flax 0.12's `_graph_flatten` step by step (flax/nnx/graphlib.py); the comments
+// name the flax line each step reproduces. It writes nothing the caller can see until it
+// returns: new reference-map entries go to `added`, which the Python side merges into the
+// RefMap, so a walk that gives up (kUnserved, returns 0) leaves flax's own function a clean start.
+#include "nnx_graph.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "attr_mapping.h"
+#include "pyutils.h"
+
+namespace fastree::nnx_graph {
+namespace {
+
+// Interned attribute names, made once (module lifetime).
+struct Names {
+    PyObject* dict;          // __dict__ (vars(node))
+    PyObject* is_pytree;     // _pytree__is_pytree
+    PyObject* nodes;         // _pytree__nodes
+    PyObject* has_int_keys;  // _pytree__has_int_keys
+    PyObject* mapping;       // HashableMapping._mapping
+    PyObject* raw_value;     // Variable._raw_value
+    PyObject* var_metadata;  // Variable._var_metadata
+    PyObject* flatten;       // NodeImpl.flatten
+    PyObject* value;         // DataElem.value / StaticElem.value / Static.value
+    PyObject* type;          // NodeDef/VariableDef.type
+    PyObject* index;
+    PyObject* outer_index;
+    PyObject* num_attributes;
+    PyObject* metadata;
+    PyObject* array_refdef;
+    PyObject* initializing;  // PytreeState.initializing
+    PyObject* is_setup;      // PytreeState.is_setup
+};
+
+const Names* GetNames() {
+    static Names* names = [] {
+        auto* n = new Names;
+        n->dict = PyUnicode_InternFromString("__dict__");
+        n->is_pytree = PyUnicode_InternFromString("_pytree__is_pytree");
+        n->nodes = PyUnicode_InternFromString("_pytree__nodes");
+        n->has_int_keys = PyUnicode_InternFromString("_pytree__has_int_keys");
+        n->mapping = PyUnicode_InternFromString("_mapping");
+        n->raw_value = PyUnicode_InternFromString("_raw_value");
+        n->var_metadata = PyUnicode_InternFromString("_var_metadata");
+        n->flatten = PyUnicode_InternFromString("flatten");
+        n->value = PyUnicode_InternFromString("value");
+        n->type = PyUnicode_InternFromString("type");
+        n->index = PyUnicode_InternFromString("index");
+        n->outer_index = PyUnicode_InternFromString("outer_index");
+        n->num_attributes = PyUnicode_InternFromString("num_attributes");
+        n->metadata = PyUnicode_InternFromString("metadata");
+        n->array_refdef = PyUnicode_InternFromString("array_refdef");
+        n->initializing = PyUnicode_InternFromString("initializing");
+        n->is_setup = PyUnicode_InternFromString("is_setup");
+        return n;
+    }();
+    return names;
+}
+
+// The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
+enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
+
+// object.__new__(cls) with each field set in order by object.__setattr__, as the frozen
+// dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order.
+PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields) {
+    Ref obj(attr::NewInstance(cls));
+    if (!obj) return nullptr;
+    for (const auto& [name, value] : fields) {
+        if (PyObject_GenericSetAttr(obj.get(), name, value) < 0) return nullptr;
+    }
+    return obj.release();
+}
+
+// A (key, value) child of a node, and whether the node marks it data (1), static (0), or
+// leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
+struct Child {
+    Ref key;
+    Ref value;
+    int is_data;
+};
+
+class Walk {
+ public:
+    Walk(bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping, PyObject* context)
+        : with_paths_(with_paths), ref_mapping_(ref_mapping), outer_mapping_(outer_mapping) {
+        for (Py_ssize_t i = 0; i < kContextSize; ++i) ctx_[i] = PyTuple_GET_ITEM(context, i);
+    }
+
+    bool Start() {
+        added_ = Ref(PyDict_New());
+        return static_cast<bool>(added_);
+    }
+
+    // flax's `_graph_flatten(node, get_node_impl(node), ...)`.
+    Step Node(PyObject* node) {
+        Ref entry(Entry(Py_TYPE(node)));
+        if (!entry) return kFailed;
+        return NodeWith(node, entry.get());
+    }
+
+    PyObject* Result() {
+        Ref nodes(StealIntoSequence(nodes_, false));
+        if (!nodes) return nullptr;
+        Ref attributes(StealIntoSequence(attributes_, false));
+        if (!attributes) return nullptr;
+        Ref leaves(StealIntoSequence(leaves_, false));
+        if (!leaves) return nullptr;
+        Ref paths(with_paths_ ? StealIntoSequence(paths_, false) : Py_NewRef(Py_None));
+        if (!paths) return nullptr;
+        return PyTuple_Pack(5, nodes.get(), attributes.get(), leaves.get(), paths.get(),
+                            added_.get());
+    }
+
+ private:
+    // The table entry (kind, impl, impl.type) of `type`, asking the Python side on a miss.
+    Ref Entry(PyTypeObject* type) {
+        PyObject* key = reinterpret_cast<PyObject*>(type);
+        // A new reference at once: the table is a dict the classifier (Python) writes to.
+        Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kKinds], key));
+        if (!entry) {
+            if (PyErr_Occurred()) return Ref();
+            entry = Ref(PyObject_CallOneArg(ctx_[kClassify], key));
+            if (!entry) return Ref();
+        }
+        if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
+            PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
+            return Ref();
+        }
+        return entry;
+    }
+
+    static int KindOf(PyObject* entry) {
+        return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+    }
+
+    static bool IsGraphKind(int kind) { return kind == kNnxPytree || kind == kGraphNode; }
+    static bool IsPytreeKind(int kind) {
+        return (kind >= kPytreeNode && kind <= kDict) || kind == kPytreeState;
+    }
+    static bool IsNodeKind(int kind) {
+        return (kind >= kVariable && kind <= kDict) || kind == kPytreeState;
+    }
+
+    // RefMap lookup by id(obj) (`_mapping[id(key)][1]`), in the caller's map, then in the
+    // entries this walk adds. A new reference to the index, or null (no error) if absent.
+    Ref Lookup(PyObject* map, PyObject* obj) {
+        Ref id(PyLong_FromVoidPtr(obj));
+        if (!id) return Ref();
+        PyObject* hit = PyDict_GetItemWithError(map, id.get());
+        if (hit == nullptr) return Ref();
+        if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) {
+            PyErr_SetString(PyExc_SystemError, "nnx graph: a RefMap entry is not (object, index)");
+            return Ref();
+        }
+        return Ref::FromBorrowed(PyTuple_GET_ITEM(hit, 1));
+    }
+
+    Ref FindRef(PyObject* obj) {
+        Ref index = Lookup(ref_mapping_, obj);
+        if (index || PyErr_Occurred()) return index;
+        return Lookup(added_.get(), obj);
+    }
+
+    // `index = len(ref_index); ref_index[node] = index`.
+    Ref AddRef(PyObject* obj) {
+        Ref index(PyLong_FromSsize_t(PyDict_Size(ref_mapping_) + PyDict_Size(added_.get())));
+        Ref id(PyLong_FromVoidPtr(obj));
+        if (!index || !id) return Ref();
+        Ref pair(PyTuple_Pack(2, obj, index.get()));
+        if (!pair || PyDict_SetItem(added_.get(), id.get(), pair.get()) < 0) return Ref();
+        return index;
+    }
+
+    // `ref_outer_index.get(node, None) if ref_outer_index else None`.
+    Ref OuterIndex(PyObject* obj) {
+        if (outer_mapping_ == nullptr) return Ref::FromBorrowed(Py_None);
+        Ref index = Lookup(outer_mapping_, obj);
+        if (index || PyErr_Occurred()) return index;
+        return Ref::FromBorrowed(Py_None);
+    }
+
+    bool PushLeaf(PyObject* leaf) {
+        PushNewRef(leaves_, leaf);
+        if (!with_paths_) return true;
+        PyObject* path = PyTuple_New(static_cast<Py_ssize_t>(path_.size()));
+        if (path == nullptr) return false;
+        for (size_t i = 0; i < path_.size(); ++i) {
+            PyTuple_SET_ITEM(path, static_cast<Py_ssize_t>(i), Py_NewRef(path_[i]));
+        }
+        PushOwned(paths_, path);
+        return true;
+    }
+
+    bool PushAttribute(PyObject* key, PyObject* attr) {
+        PyObject* pair = PyTuple_Pack(2, key, attr);
+        if (pair == nullptr) return false;
+        PushOwned(attributes_, pair);
+        return true;
+    }
+
+    bool PushStatic(PyObject* key, PyObject* value) {
+        Ref stat(NewRecord(ctx_[kStaticType], {{GetNames()->value, value}}));
+        return stat && PushAttribute(key, stat.get());
+    }
+
+    Step NodeWith(PyObject* node, PyObject* entry) {
+        RecursionGuard guard(" in nnx graph flatten");
+        if (!guard.ok()) return kFailed;
+        const int kind = KindOf(entry);
+        if (kind == kUnserved || kind < kLeaf || kind > kPytreeState) return kNotServed;
+        // `if not is_pytree_node_ and node in ref_index: nodes.append(NodeRef(...))`
+        if (!IsPytreeKind(kind)) {
+            Ref seen = FindRef(node);
+            if (seen) {
+                Ref ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, seen.get()}}));
+                if (!ref) return kFailed;
+                PushOwned(nodes_, ref.release());
+                return kServed;
+            }
+            if (PyErr_Occurred()) return kFailed;
+        }
+        if (kind == kVariable) return VariableNode(node, entry);
+        if (kind == kLeaf || kind == kArrayLeaf) return PushLeaf(node) ? kServed : kFailed;
+        return GraphOrPytreeNode(node, entry, kind);
+    }
+
+    // The `is_variable` branch (no array ref: its type would be kUnserved).
+    Step VariableNode(PyObject* node, PyObject* entry) {
+        const Names* n = GetNames();
+        Ref index = AddRef(node);
+        if (!index) return kFailed;
+        Ref raw(PyObject_GetAttr(node, n->raw_value));  // node.get_raw_value()
+        if (!raw) return kFailed;
+        Ref raw_entry(Entry(Py_TYPE(raw.get())));
+        if (!raw_entry) return kFailed;
+        if (KindOf(raw_entry.get()) == kUnserved) return kNotServed;  // maybe an array ref
+        Ref metadata_dict(PyObject_GetAttr(node, n->var_metadata));
+        if (!metadata_dict) return kFailed;
+        if (!PyDict_CheckExact(metadata_dict.get())) return kNotServed;
+        // HashableMapping(node.get_metadata()): a copy of the copy; one fresh dict is the same.
+        Ref copy(PyDict_Copy(metadata_dict.get()));
+        if (!copy) return kFailed;
+        Ref metadata(NewRecord(ctx_[kHashableMapping], {{n->mapping, copy.get()}}));
+        if (!metadata) return kFailed;
+        Ref outer = OuterIndex(node);
+        if (!outer) return kFailed;
+        Ref def(NewRecord(ctx_[kVariableDefType], {{n->type, PyTuple_GET_ITEM(entry, 2)},
+                                                    {n->index, index.get()},
+                                                    {n->outer_index, outer.get()},
+                                                    {n->metadata, metadata.get()},
+                                                    {n->array_refdef, Py_None}}));
+        if (!def) return kFailed;
+        if (!PushLeaf(with_paths_ ? node : raw.get())) return kFailed;
+        PushOwned(nodes_, def.release());
+        return kServed;
+    }
+
+    // Pytree._graph_node_flatten: sorted(vars(self).items()), wrapped by _pytree__nodes.
+    Step NnxPytreeChildren(PyObject* node, std::vector<Child>* children) {
+        const Names* n = GetNames();
+        Ref dict(PyObject_GetAttr(node, n->dict));
+        if (!dict) return kFailed;
+        if (!PyDict_CheckExact(dict.get())) return kNotServed;
+        Ref is_pytree_flag(PyObject_GetAttr(node, n->is_pytree));
+        if (!is_pytree_flag) return kFailed;
+        const int is_pytree = PyObject_IsTrue(is_pytree_flag.get());
+        if (is_pytree < 0) return kFailed;
+        Ref data_flags;  // _pytree__nodes._mapping
+        if (is_pytree) {
+            Ref nodes(PyObject_GetAttr(node, n->nodes));
+            if (!nodes) return kFailed;
+            if (Py_TYPE(nodes.get()) != reinterpret_cast<PyTypeObject*>(ctx_[kHashableMapping])) {
+                return kNotServed;
+            }
+            data_flags = Ref(PyObject_GetAttr(nodes.get(), n->mapping));
+            if (!data_flags) return kFailed;
+            if (!PyDict_CheckExact(data_flags.get())) return kNotServed;
+        }
+        Ref int_keys_flag(PyObject_GetAttr(node, n->has_int_keys));
+        if (!int_keys_flag) return kFailed;
+        const int int_keys = PyObject_IsTrue(int_keys_flag.get());
+        if (int_keys < 0) return kFailed;
+
+        // Take every item first: judging one below can run Python code that changes the dict.
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(dict.get(), &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) return kNotServed;
+            children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
+        }
+        for (Child& child : *children) {
+            if (is_pytree) {
+                // `name in pytree_nodes and pytree_nodes[name]`
+                Ref flag = Ref::FromBorrowed(
+                    PyDict_GetItemWithError(data_flags.get(), child.key.get()));
+                if (!flag && PyErr_Occurred()) return kFailed;
+                child.is_data = flag ? PyObject_IsTrue(flag.get()) : 0;
+                if (child.is_data < 0) return kFailed;
+            }
+            if (int_keys) {  // _maybe_int(name)
+                child.key = Ref(attr::MaybeInt(child.key.get()));
+                if (!child.key) return kFailed;
+            }
+        }
+        // sorted(): distinct str names by code point, or _type_aware_sort (stable) with ints.
+        std::stable_sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
+            return attr::KeyLess(a.key.get(), b.key.get());
+        });
+        return kServed;
+    }
+
+    // flax's own list/tuple/dict/None registrations: enumerate, sorted items, nothing.
+    Step BuiltinChildren(PyObject* node, int kind, std::vector<Child>* children) {
+        if (kind == kNone) return kServed;
+        if (kind == kList || kind == kTuple) {
+            const Py_ssize_t size = PySequence_Fast_GET_SIZE(node);
+            for (Py_ssize_t i = 0; i < size; ++i) {
+                // Re-read each time: making the index below can run the GC (rule 2).
+                Ref index(PyLong_FromSsize_t(i));
+                if (!index) return kFailed;
+                if (i >= PySequence_Fast_GET_SIZE(node)) break;
+                children->push_back(
+                    {std::move(index), Ref::FromBorrowed(PySequence_Fast_GET_ITEM(node, i)), -1});
+            }
+            return kServed;
+        }
+        // dict: sorted(x.items()), served for exact str keys (compared by code point) only.
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(node, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) return kNotServed;
+            children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
+        }
+        std::sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
+            return PyUnicode_Compare(a.key.get(), b.key.get()) < 0;
+        });
+        return kServed;
+    }
+
+    // `values, metadata = node_impl.flatten(node)` for any other impl; DataElem and StaticElem
+    // unwrapped. Served for the shapes flax's own impls return (a list or tuple of pairs).
+    Step CalledChildren(PyObject* node, PyObject* impl, std::vector<Child>* children,
+                        Ref* metadata) {
+        const Names* n = GetNames();
+        Ref flatten(PyObject_GetAttr(impl, n->flatten));
+        if (!flatten) return kFailed;
+        Ref result(PyObject_CallOneArg(flatten.get(), node));
+        if (!result) return kFailed;
+        if (!PyTuple_CheckExact(result.get()) || PyTuple_GET_SIZE(result.get()) != 2) {
+            return kNotServed;
+        }
+        PyObject* values = PyTuple_GET_ITEM(result.get(), 0);
+        *metadata = Ref::FromBorrowed(PyTuple_GET_ITEM(result.get(), 1));
+        if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values)) return kNotServed;
+        Ref held = Ref::FromBorrowed(values);
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(values); ++i) {
+            Ref pair = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(values, i));
+            if (!PyTuple_CheckExact(pair.get()) || PyTuple_GET_SIZE(pair.get()) != 2) {
+                return kNotServed;
+            }
+            Child child{Ref::FromBorrowed(PyTuple_GET_ITEM(pair.get(), 0)),
+                        Ref::FromBorrowed(PyTuple_GET_ITEM(pair.get(), 1)), -1};
+            for (int data : {1, 0}) {
+                PyObject* wrapper = ctx_[data ? kDataElem : kStaticElem];
+                const int is = PyObject_IsInstance(child.value.get(), wrapper);
+                if (is < 0) return kFailed;
+                if (!is) continue;
+                child.value = Ref(PyObject_GetAttr(child.value.get(), n->value));
+                if (!child.value) return kFailed;
+                child.is_data = data;
+                break;
+            }
+            children->push_back(std::move(child));
+        }
+        return kServed;
+    }
+
+    // `_flatten_pytree(state)` for a PytreeState: no children, and IndexesPytreeDef(an empty
+    // HashableMapping, the treedef of its aux data). The treedef is immutable and depends on
+    // the aux data only: the one flax made for the first state with that aux data serves all.
+    Step PytreeStateMetadata(PyObject* node, PyObject* entry, std::vector<Child>* children,
+                             Ref* metadata) {
+        const Names* n = GetNames();
+        Ref initializing(PyObject_GetAttr(node, n->initializing));
+        if (!initializing) return kFailed;
+        Ref is_setup(PyObject_GetAttr(node, n->is_setup));
+        if (!is_setup) return kFailed;
+        Ref aux(PyTuple_Pack(2, initializing.get(), is_setup.get()));
+        if (!aux) return kFailed;
+        PyObject* cache = ctx_[kStateTreedefs];
+        Ref treedef = Ref::FromBorrowed(PyDict_GetItemWithError(cache, aux.get()));
+        if (!treedef) {
+            if (PyErr_Occurred()) return kFailed;
+            Step got = CalledChildren(node, PyTuple_GET_ITEM(entry, 1), children, metadata);
+            if (got != kServed) return got;
+            PyObject* made = metadata->get();
+            if (!children->empty() || Py_TYPE(made) != reinterpret_cast<PyTypeObject*>(
+                                                           ctx_[kIndexesPytreeDef]) ||
+                PyTuple_GET_SIZE(made) != 2) {
+                return kNotServed;
+            }
+            if (PyDict_SetItem(cache, aux.get(), PyTuple_GET_ITEM(made, 1)) < 0) return kFailed;
+            return kServed;
+        }
+        Ref empty(PyDict_New());
+        if (!empty) return kFailed;
+        Ref key_index(NewRecord(ctx_[kHashableMapping], {{n->mapping, empty.get()}}));
+        if (!key_index) return kFailed;
+        Ref items(PyTuple_Pack(2, key_index.get(), treedef.get()));
+        if (!items) return kFailed;
+        Ref args(PyTuple_Pack(1, items.get()));
+        if (!args) return kFailed;
+        // tuple.__new__(IndexesPytreeDef, items): a NamedTuple instance without its Python __new__.
+        PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(ctx_[kIndexesPytreeDef]);
+        *metadata = Ref(PyTuple_Type.tp_new(cls, args.get(), nullptr));
+        return *metadata ? kServed : kFailed;
+    }
+
+    Step GraphOrPytreeNode(PyObject* node, PyObject* entry, int kind) {
+        const Names* n = GetNames();
+        const bool is_graph = IsGraphKind(kind);
+        Ref index = is_graph ? AddRef(node) : Ref::FromBorrowed(Py_None);
+        if (!index) return kFailed;
+
+        std::vector<Child> children;
+        Ref metadata;
+        Step got;
+        if (kind == kNnxPytree) {
+            got = NnxPytreeChildren(node, &children);
+            metadata = Ref::FromBorrowed(reinterpret_cast<PyObject*>(Py_TYPE(node)));
+        } else if (kind >= kList && kind <= kDict) {
+            got = BuiltinChildren(node, kind, &children);
+            metadata = Ref::FromBorrowed(Py_None);
+            if (got == kNotServed && kind == kDict) {  // keys other than str: flax's lambda
+                children.clear();
+                got = CalledChildren(node, PyTuple_GET_ITEM(entry, 1), &children, &metadata);
+            }
+        } else if (kind == kPytreeState) {
+            got = PytreeStateMetadata(node, entry, &children, &metadata);
+        } else {
+            got = CalledChildren(node, PyTuple_GET_ITEM(entry, 1), &children, &metadata);
+        }
+        if (got != kServed) return got;
+
+        Ref outer = is_graph ? OuterIndex(node) : Ref::FromBorrowed(Py_None);
+        if (!outer) return kFailed;
+        Ref count(PyLong_FromSize_t(children.size()));
+        if (!count) return kFailed;
+        Ref def(NewRecord(ctx_[kNodeDefType], {{n->type, PyTuple_GET_ITEM(entry, 2)},
+                                               {n->index, index.get()},
+                                               {n->outer_index, outer.get()},
+                                               {n->num_attributes, count.get()},
+                                               {n->metadata, metadata.get()}}));
+        if (!def) return kFailed;
+        PushOwned(nodes_, def.release());
+
+        for (Child& child : children) {
+            Step step = ChildAttribute(child);
+            if (step != kServed) return step;
+        }
+        return kServed;
+    }
+
+    // One attribute of a graph or pytree node: static, a node, a leaf, or static by its kind.
+    Step ChildAttribute(const Child& child) {
+        PyObject* key = child.key.get();
+        PyObject* value = child.value.get();
+        if (child.is_data == 0) return PushStatic(key, value) ? kServed : kFailed;
+        Ref entry(Entry(Py_TYPE(value)));
+        if (!entry) return kFailed;
+        const int kind = KindOf(entry.get());
+        if (kind == kUnserved) return kNotServed;
+        path_.push_back(key);  // borrowed: `child` owns it for the whole step
+        Step step = kServed;
+        if (IsNodeKind(kind)) {
+            if (!PushAttribute(key, ctx_[kNodeAttr])) {
+                step = kFailed;
+            } else {
+                step = NodeWith(value, entry.get());
+            }
+        } else if (kind == kArrayLeaf || child.is_data == 1) {
+            step = PushAttribute(key, ctx_[kLeafAttr]) && PushLeaf(value) ? kServed : kFailed;
+        } else {
+            step = PushStatic(key, value) ? kServed : kFailed;
+        }
+        path_.pop_back();
+        return step;
+    }
+
+    PyObject* ctx_[kContextSize];
+    const bool with_paths_;
+    PyObject* const ref_mapping_;    // borrowed: the caller's argument, read only
+    PyObject* const outer_mapping_;  // borrowed, or null
+    Ref added_;
+    RefVector nodes_, attributes_, leaves_, paths_;
+    std::vector<PyObject*> path_;  // borrowed keys, each owned by a Child on the C++ stack
+};
+
+}  // namespace
+
+PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping,
+                  PyObject* context) {
+    if (!PyDict_CheckExact(ref_mapping) ||
+        (outer_mapping != Py_None && !PyDict_CheckExact(outer_mapping)) ||
+        !PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != kContextSize ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(context, kKinds))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "nnx_graph_flatten(node, with_paths, ref_mapping: dict, outer_mapping: "
+                        "dict | None, context: tuple)");
+        return nullptr;
+    }
+    Walk walk(with_paths, ref_mapping, outer_mapping == Py_None ? nullptr : outer_mapping, context);
+    if (!walk.Start()) return nullptr;
+    switch (walk.Node(node)) {
+        case kFailed:
+            return nullptr;
+        case kNotServed:
+            Py_RETURN_NONE;
+        case kServed:
+            break;
+    }
+    return walk.Result();
+}
+
+}  // namespace fastree::nnx_graph

@@ -1,0 +1,390 @@
+"""flax.nnx graph mode served natively: ``graphlib.flatten`` (and with it ``nnx.split``,
+``nnx.state``, ``nnx.graphdef`` and the flatten inside ``nnx.jit`` and the other nnx transforms).
+
+flax walks a module graph in Python (``flax/nnx/graphlib.py``, ``_graph_flatten``). Once fastree
+is installed and flax.nnx is loaded (the first nnx class registration reaches
+:func:`fastree.integrations.flax_nnx.native_node`, which calls :func:`attach`), ``graphlib.flatten``
+becomes :func:`flatten` below: the same walk in C (``csrc/nnx_graph_flatten.cpp``), making the same
+``GraphDef`` (``NodeDef``/``VariableDef``/``NodeRef``/``Static`` objects, in the same order), the
+same leaves and paths, and the same reference-map entries.
+
+Exact, or not used:
+
+- Only the flax versions in :data:`fastree.integrations.flax_nnx.KNOWN_VERSIONS`, whose record
+  classes have the fields the C walk sets, are served.
+- Per type, :func:`_kind` decides what the C walk may do (``csrc/nnx_graph.h``, ``Kind``). A
+  tracer, an array ref, a hijax Variable, a Variable or Pytree class with its own accessors, a
+  key that is not an exact str: flax's own function runs, for the whole call.
+- The first walk that meets a type is also run by flax's function, and the two results are
+  compared (the same objects, the same records, the same map entries). On a difference, those
+  types are left to flax from then on, flax's result is returned, and the reason is kept for
+  :func:`status`.
+
+Nothing here imports flax: :func:`attach` finds it in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sys
+import threading
+from typing import Any
+
+from .. import _core
+from ..jax_interop import compat as _jax_compat
+from . import flax_nnx
+
+_GRAPHLIB = "flax.nnx.graphlib"
+# The fields the C walk sets on each record, in the order their dataclass __init__ sets them.
+_RECORD_FIELDS = {
+    "NodeDef": ("type", "index", "outer_index", "num_attributes", "metadata"),
+    "VariableDef": ("type", "index", "outer_index", "metadata", "array_refdef"),
+    "NodeRef": ("index",),
+    "Static": ("value",),
+    "GraphDef": ("nodes", "attributes", "num_leaves"),
+}
+# The Kind codes of csrc/nnx_graph.h.
+LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
+LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE = range(6, 12)
+
+_lock = threading.Lock()
+
+
+class _Graph:
+    """What the attached walk holds: flax's objects, the per-type table, the checks."""
+
+    def __init__(self, graphlib: Any) -> None:
+        variablelib = sys.modules["flax.nnx.variablelib"]
+        pytreelib = sys.modules["flax.nnx.pytreelib"]
+        typing = sys.modules["flax.typing"]
+        self.graphlib = graphlib
+        self.flax_flatten = graphlib.flatten
+        self.variable = variablelib.Variable
+        self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
+        self.pytree_graph_flatten = vars(pytreelib.Pytree)["_graph_node_flatten"]
+        self.pytree_state = pytreelib.PytreeState
+        self.pytree_state_flatten = getattr(pytreelib, "_flatten_pytree_state", None)
+        self.builtins = {
+            cls: (graphlib.PYTREE_REGISTRY[cls], kind)
+            for cls, kind in ((list, LIST), (tuple, TUPLE), (type(None), NONE), (dict, DICT))
+        }
+        self.kinds: dict[type, tuple[int, Any, Any]] = {}
+        self.generation: tuple[int, int, int] = (-1, -1, -1)
+        # Types met by no walk that was compared with flax's yet, and those that were.
+        self.pending: list[type] = []
+        self.verified: set[type] = set()
+        # Types left to flax after a difference: type -> reason.
+        self.fallbacks: dict[type, str] = {}
+        self.context = (
+            self.kinds,
+            self.classify,
+            graphlib.NodeDef,
+            graphlib.VariableDef,
+            graphlib.NodeRef,
+            graphlib.Static,
+            typing.HashableMapping,
+            graphlib.NODE_ATTR,
+            graphlib.LEAF_ATTR,
+            graphlib.DataElem,
+            graphlib.StaticElem,
+            graphlib.IndexesPytreeDef,
+            {},
+        )
+        self.unserved_types = self._unserved_types()
+
+    @staticmethod
+    def _unserved_types() -> tuple[type, ...]:
+        # Types whose instances may be array refs, or Variables only by their aval.
+        return (_jax_compat.Tracer, *_jax_compat.ARRAY_REF_TYPES)
+
+    def refresh(self) -> None:
+        # A type registered since the table was made is a node now: start the table again.
+        graphlib = self.graphlib
+        generation = (len(graphlib.GRAPH_REGISTRY), len(graphlib.PYTREE_REGISTRY),
+                      len(graphlib.JAX_PYTREE_REGISTRY))
+        if generation != self.generation:
+            self.kinds.clear()
+            self.generation = generation
+
+    def classify(self, cls: type) -> tuple[int, Any, Any]:
+        entry = self._kind(cls)
+        if cls in self.fallbacks:
+            entry = (UNSERVED, None, None)
+        self.kinds[cls] = entry
+        if entry[0] != UNSERVED and cls not in self.verified:
+            self.pending.append(cls)
+        return entry
+
+    def _kind(self, cls: type) -> tuple[int, Any, Any]:
+        graphlib = self.graphlib
+        unserved = (UNSERVED, None, None)
+        if issubclass(cls, self.unserved_types):
+            return unserved
+        if self.hijax_variable is not None and issubclass(cls, self.hijax_variable):
+            return unserved
+        if issubclass(cls, self.variable):
+            return (VARIABLE, None, cls) if self._plain_variable(cls) else unserved
+        impl = graphlib.GRAPH_REGISTRY.get(cls)
+        if impl is not None:
+            if type(impl) is not graphlib.GraphNodeImpl:
+                return (PYTREE_NODE, impl, impl.type)
+            if impl.flatten is self.pytree_graph_flatten:
+                return (NNX_PYTREE, impl, impl.type)
+            return (GRAPH_NODE, impl, impl.type)
+        impl = graphlib.PYTREE_REGISTRY.get(cls)
+        if impl is not None:
+            builtin = self.builtins.get(cls)
+            if builtin is not None and builtin[0] is impl:
+                return (builtin[1], impl, impl.type)
+            return (PYTREE_NODE, impl, impl.type)
+        if cls in graphlib.JAX_PYTREE_REGISTRY or issubclass(cls, tuple):
+            impl = graphlib.PYTREE_NODE_IMPL
+            if cls is self.pytree_state and self._plain_pytree_state(impl):
+                return (PYTREE_STATE, impl, impl.type)
+            return (PYTREE_NODE, impl, impl.type)
+        import numpy as np
+
+        if issubclass(cls, np.ndarray) or cls is _jax_compat.ArrayImpl:
+            return (ARRAY_LEAF, None, None)
+        if issubclass(cls, _jax_compat.Array):
+            return unserved  # jax's own array is no ref; another jax.Array kind might be one
+        return (LEAF, None, None)
+
+    def _plain_pytree_state(self, impl: Any) -> bool:
+        # flax's generic impl over JAX's registration of PytreeState by flax's own functions.
+        entry = _jax_compat.jax_registry_entry(self.pytree_state)
+        return (
+            impl.flatten is self.graphlib._flatten_pytree
+            and entry is not None
+            and entry.to_iter is self.pytree_state_flatten
+            and inspect.getattr_static(self.pytree_state, "initializing", None)
+            is vars(self.pytree_state).get("initializing")
+        )
+
+    def _plain_variable(self, cls: type) -> bool:
+        # The accessors flax's walk calls are Variable's own, and the state is in its slots.
+        base = self.variable
+        return type(cls) is type(base) and all(
+            inspect.getattr_static(cls, name, None) is inspect.getattr_static(base, name, None)
+            for name in ("var_type", "get_raw_value", "get_metadata", "_raw_value",
+                         "_var_metadata", "__getattribute__")
+        )
+
+
+_graph: _Graph | None = None
+
+
+def _records_known(graphlib: Any) -> bool:
+    for name, fields in _RECORD_FIELDS.items():
+        cls = getattr(graphlib, name, None)
+        if not dataclasses.is_dataclass(cls):
+            return False
+        if tuple(field.name for field in dataclasses.fields(cls)) != fields:
+            return False
+        if "__post_init__" in vars(cls):
+            return False
+    return True
+
+
+def attach() -> bool:
+    """Serves graphlib.flatten natively, once flax.nnx.graphlib is loaded. Idempotent.
+
+    False (and flax's functions kept) for an unknown flax version, a graphlib that is not
+    loaded yet, or one whose records differ from those the C walk makes.
+    """
+    global _graph
+    graphlib = sys.modules.get(_GRAPHLIB)
+    if _graph is not None or graphlib is None:
+        return _graph is not None
+    if not flax_nnx.known_version() or not hasattr(graphlib, "PYTREE_NODE_IMPL"):
+        return False
+    with _lock:
+        if _graph is not None:
+            return True
+        if not _records_known(graphlib) or graphlib.RefMap is not graphlib.PythonRefMap:
+            return False
+        if not all(cls in graphlib.PYTREE_REGISTRY for cls in (list, tuple, dict, type(None))):
+            return False
+        graph = _Graph(graphlib)
+        wrapper = _make_flatten(graph)
+        # nnx re-exports it (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
+        # flax's function is rebound; graphlib's own callers read the module global.
+        for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
+            module = sys.modules.get(module_name)
+            if module is not None and getattr(module, "flatten", None) is graph.flax_flatten:
+                module.flatten = wrapper
+        _graph = graph
+    return True
+
+
+def status() -> dict[str, str]:
+    """How flax's graph-mode functions run: ``"native"``, or ``"flax: <why>"``, per function;
+    and per type left to flax after a difference, why.
+
+    >>> from fastree.integrations import flax_nnx_graph
+    >>> sorted(flax_nnx_graph.status())
+    ['flatten']
+    """
+    graph = _graph
+    if graph is None:
+        if not flax_nnx.known_version():
+            why = "flax: not a flax version fastree knows (or flax is not installed)"
+        else:
+            why = "flax: not attached (flax.nnx not loaded while fastree is installed)"
+        return {"flatten": why}
+    out = {"flatten": "native"}
+    for cls, reason in graph.fallbacks.items():
+        out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
+    return out
+
+
+def _make_flatten(graph: _Graph) -> Any:
+    graphlib = graph.graphlib
+    flax_flatten = graph.flax_flatten
+    python_refmap = graphlib.PythonRefMap
+    graph_def = graphlib.GraphDef
+    flat_state = graphlib.FlatState
+    graph_mode = graphlib.set_graph_mode
+    native = _core.nnx_graph_flatten
+
+    @functools.wraps(flax_flatten)
+    def flatten(node: Any, /, *, with_paths: bool = True, ref_index: Any = None,
+                ref_outer_index: Any = None, graph: bool | None = None) -> Any:
+        mode = graph_mode.current_value() if graph is None else graph
+        if ref_index is None:
+            ref_index = python_refmap()
+        if (
+            not mode
+            or type(ref_index) is not python_refmap
+            or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)
+        ):
+            return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
+                                ref_outer_index=ref_outer_index, graph=graph)
+        state = _graph_state
+        state.refresh()
+        mapping = ref_index._mapping
+        outer = ref_outer_index._mapping if ref_outer_index else None
+        result = native(node, with_paths, mapping, outer, state.context)
+        if result is None:
+            state.pending.clear()
+            return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
+                                ref_outer_index=ref_outer_index, graph=graph)
+        nodes, attributes, leaves, paths, added = result
+        out = (graph_def(nodes=nodes, attributes=attributes, num_leaves=len(leaves)),
+               flat_state.from_sorted_keys_values(tuple(paths), leaves) if with_paths
+               else leaves)
+        if state.pending:
+            return _checked_flatten(state, out, added, node, with_paths, ref_index,
+                                    ref_outer_index)
+        mapping.update(added)
+        return out
+
+    _graph_state = graph
+    return flatten
+
+
+def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, with_paths: bool,
+                     ref_index: Any, ref_outer_index: Any) -> Any:
+    # The first walk over new types: flax's function runs too, on a copy of the map, and its
+    # result is the one returned unless the two are the same.
+    met, graph.pending = graph.pending, []
+    theirs_map = graph.graphlib.PythonRefMap()
+    theirs_map._mapping.update(ref_index._mapping)
+    theirs = graph.flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
+                                ref_outer_index=ref_outer_index, graph=True)
+    ours_map = {**ref_index._mapping, **added}
+    why = _difference(out, theirs, with_paths) or _map_difference(ours_map, theirs_map._mapping)
+    if why is None:
+        graph.verified.update(met)
+        ref_index._mapping.update(added)
+        return out
+    for cls in met:
+        graph.fallbacks[cls] = why
+        graph.kinds.pop(cls, None)
+    ref_index._mapping.clear()
+    ref_index._mapping.update(theirs_map._mapping)
+    return theirs
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    # Identity, or equal ints and strs (indexes and keys flax makes anew); never == on
+    # anything else (an array would raise).
+    if a is b:
+        return True
+    return type(a) is type(b) and type(a) in (int, str) and a == b
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an == that raises is a difference, not an error
+        return False
+
+
+def _same_record(a: Any, b: Any) -> bool:
+    # The same record class, with each field the same value (HashableMapping: the same items).
+    if type(a) is not type(b):
+        return False
+    if not dataclasses.is_dataclass(a):
+        return _same_value(a, b)
+    hashable_mapping = sys.modules["flax.typing"].HashableMapping
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if type(x) is hashable_mapping and type(y) is hashable_mapping:
+            x, y = x._mapping, y._mapping
+            if list(x) != list(y) or not all(_same_value(x[k], y[k]) for k in x):
+                return False
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if not _same_record(x, y):
+                return False
+        elif field.name == "metadata":
+            # A node impl's flatten makes its metadata anew (the generic pytree impl: a
+            # treedef and an index map); flax's GraphDef equality compares it with ==.
+            if not _equal(x, y):
+                return False
+        elif not _same_value(x, y):
+            return False
+    return True
+
+
+def _difference(ours: Any, theirs: Any, with_paths: bool) -> str | None:
+    ours_def, ours_state = ours
+    theirs_def, theirs_state = theirs
+    if len(ours_def.nodes) != len(theirs_def.nodes) or not all(
+        _same_record(a, b) for a, b in zip(ours_def.nodes, theirs_def.nodes)
+    ):
+        return "the GraphDef's node records differ"
+    if len(ours_def.attributes) != len(theirs_def.attributes) or not all(
+        _same_value(ka, kb) and _same_record(a, b)
+        for (ka, a), (kb, b) in zip(ours_def.attributes, theirs_def.attributes)
+    ):
+        return "the GraphDef's attributes differ"
+    if ours_def.num_leaves != theirs_def.num_leaves:
+        return "the number of leaves differs"
+    ours_leaves = ours_state.leaves if with_paths else ours_state
+    theirs_leaves = theirs_state.leaves if with_paths else theirs_state
+    if len(ours_leaves) != len(theirs_leaves) or not all(
+        a is b for a, b in zip(ours_leaves, theirs_leaves)
+    ):
+        return "the leaves differ"
+    if with_paths and (
+        len(ours_state.paths) != len(theirs_state.paths)
+        or not all(
+            len(p) == len(q) and all(_same_value(x, y) for x, y in zip(p, q))
+            for p, q in zip(ours_state.paths, theirs_state.paths)
+        )
+    ):
+        return "the paths differ"
+    return None
+
+
+def _map_difference(ours: dict[int, Any], theirs: dict[int, Any]) -> str | None:
+    if list(ours) != list(theirs) or not all(
+        ours[k][0] is theirs[k][0] and _same_value(ours[k][1], theirs[k][1]) for k in ours
+    ):
+        return "the reference map differs"
+    return None
