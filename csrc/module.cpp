@@ -244,6 +244,20 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("context"),
         "flax.nnx graphlib.flatten in graph mode (csrc/nnx_graph.h), or None where not served.");
     m.def(
+        "nnx_graph_unflatten",
+        [](py::handle nodes, py::handle attributes, py::handle leaves, py::handle index_ref,
+           py::handle outer_ref, bool recreate_variables, py::handle context) {
+            PyObject* out =
+                nnx_graph::Unflatten(nodes.ptr(), attributes.ptr(), leaves.ptr(), index_ref.ptr(),
+                                     outer_ref.ptr(), recreate_variables, context.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("nodes"), py::arg("attributes"), py::arg("leaves"), py::arg("index_ref"),
+        py::arg("outer_ref"), py::arg("recreate_variables"), py::arg("context"),
+        "flax.nnx graphlib.unflatten in graph mode (csrc/nnx_graph.h): (node,), or None where "
+        "not served.");
+    m.def(
         "attribute_node",
         [](py::handle type) -> py::object {
             if (!PyType_Check(type.ptr())) return py::none();

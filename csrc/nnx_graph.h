@@ -36,6 +36,8 @@ enum Kind : int {
     kUnserved = 10,     // a tracer, an array ref, a hijax Variable...: flax's function runs
     kPytreeState = 11,  // pytreelib.PytreeState through the generic pytree impl: no children,
                         // metadata IndexesPytreeDef({}, treedef of its (initializing, is_setup))
+    kGenericPytree = 12,  // unflatten only: NodeDef.type GenericPytree (the generic impl); a
+                          // PytreeState's node is rebuilt natively, any other by impl.unflatten
 };
 
 // The positions in the Context tuple the Python side passes to every call.
@@ -55,6 +57,39 @@ enum ContextItem : Py_ssize_t {
     kStateTreedefs,      // dict: (initializing, is_setup) -> the treedef flax made for it
     kContextSize,
 };
+
+// The positions in the tuple the Python side passes to every Unflatten call.
+enum UnflattenItem : Py_ssize_t {
+    kLeafKinds = 0,       // the flatten Context's kKinds (type -> entry), for leaves
+    kClassifyLeaf,        // its kClassify
+    kNodeKinds,           // dict: NodeDef/VariableDef type -> (kind, impl, type), by
+                          // get_node_impl_for_type (filled by kClassifyNodeType)
+    kClassifyNodeType,    // callable(type) -> that entry (and stores it)
+    kUNodeDef,            // graphlib.NodeDef
+    kUVariableDef,        // graphlib.VariableDef
+    kUNodeRef,            // graphlib.NodeRef
+    kUStatic,             // graphlib.Static
+    kUNodeAttr,           // graphlib.NodeAttr (the class)
+    kULeafAttr,           // graphlib.LeafAttr (the class)
+    kUHashableMapping,    // flax.typing.HashableMapping
+    kUIndexesPytreeDef,   // graphlib.IndexesPytreeDef
+    kStateAuxes,          // the flatten Context's kStateTreedefs (aux data -> treedef)
+    kPytreeStateType,     // pytreelib.PytreeState
+    kTraceStateType,      // tracers.TraceState
+    kOpaqueTraceState,    // the class of tracers.current_jax_trace()'s result
+    kCurrentTrace,        // tracers.current_jax_trace
+    kUVariableBase,       // variablelib.Variable
+    kUnflattenSize,
+};
+
+// graphlib.unflatten(graphdef, leaves, index_ref=..., outer_index_outer_ref=...,
+// copy_variables=False, recreate_variables=...) for a graphdef whose first node is a NodeDef or
+// VariableDef: `nodes`, `attributes` are the GraphDef's lists, `leaves` the state's leaves (a
+// list), `index_ref` the IndexMap (a dict) written to, `outer_ref` the outer IndexMap or None.
+// Returns (node,); None where a first look at the graphdef and leaves finds something not
+// served (before anything is changed); or null with an error set, as flax's walk raises.
+PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
+                    PyObject* outer_ref, bool recreate_variables, PyObject* context);
 
 // graphlib.flatten(node, with_paths=..., ref_index=..., ref_outer_index=...) in graph mode, for
 // a Python-side RefMap: `ref_mapping` is its `_mapping` dict (id -> (object, index)), read only;

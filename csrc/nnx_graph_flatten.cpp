@@ -10,70 +10,14 @@
 #include <vector>
 
 #include "attr_mapping.h"
+#include "nnx_graph_names.h"
 #include "pyutils.h"
 
 namespace fastree::nnx_graph {
 namespace {
 
-// Interned attribute names, made once (module lifetime).
-struct Names {
-    PyObject* dict;          // __dict__ (vars(node))
-    PyObject* is_pytree;     // _pytree__is_pytree
-    PyObject* nodes;         // _pytree__nodes
-    PyObject* has_int_keys;  // _pytree__has_int_keys
-    PyObject* mapping;       // HashableMapping._mapping
-    PyObject* raw_value;     // Variable._raw_value
-    PyObject* var_metadata;  // Variable._var_metadata
-    PyObject* flatten;       // NodeImpl.flatten
-    PyObject* value;         // DataElem.value / StaticElem.value / Static.value
-    PyObject* type;          // NodeDef/VariableDef.type
-    PyObject* index;
-    PyObject* outer_index;
-    PyObject* num_attributes;
-    PyObject* metadata;
-    PyObject* array_refdef;
-    PyObject* initializing;  // PytreeState.initializing
-    PyObject* is_setup;      // PytreeState.is_setup
-};
-
-const Names* GetNames() {
-    static Names* names = [] {
-        auto* n = new Names;
-        n->dict = PyUnicode_InternFromString("__dict__");
-        n->is_pytree = PyUnicode_InternFromString("_pytree__is_pytree");
-        n->nodes = PyUnicode_InternFromString("_pytree__nodes");
-        n->has_int_keys = PyUnicode_InternFromString("_pytree__has_int_keys");
-        n->mapping = PyUnicode_InternFromString("_mapping");
-        n->raw_value = PyUnicode_InternFromString("_raw_value");
-        n->var_metadata = PyUnicode_InternFromString("_var_metadata");
-        n->flatten = PyUnicode_InternFromString("flatten");
-        n->value = PyUnicode_InternFromString("value");
-        n->type = PyUnicode_InternFromString("type");
-        n->index = PyUnicode_InternFromString("index");
-        n->outer_index = PyUnicode_InternFromString("outer_index");
-        n->num_attributes = PyUnicode_InternFromString("num_attributes");
-        n->metadata = PyUnicode_InternFromString("metadata");
-        n->array_refdef = PyUnicode_InternFromString("array_refdef");
-        n->initializing = PyUnicode_InternFromString("initializing");
-        n->is_setup = PyUnicode_InternFromString("is_setup");
-        return n;
-    }();
-    return names;
-}
-
 // The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
 enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
-
-// object.__new__(cls) with each field set in order by object.__setattr__, as the frozen
-// dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order.
-PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields) {
-    Ref obj(attr::NewInstance(cls));
-    if (!obj) return nullptr;
-    for (const auto& [name, value] : fields) {
-        if (PyObject_GenericSetAttr(obj.get(), name, value) < 0) return nullptr;
-    }
-    return obj.release();
-}
 
 // A (key, value) child of a node, and whether the node marks it data (1), static (0), or
 // leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
@@ -502,6 +446,15 @@ class Walk {
 };
 
 }  // namespace
+
+PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields) {
+    Ref obj(attr::NewInstance(cls));
+    if (!obj) return nullptr;
+    for (const auto& [name, value] : fields) {
+        if (PyObject_GenericSetAttr(obj.get(), name, value) < 0) return nullptr;
+    }
+    return obj.release();
+}
 
 PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping,
                   PyObject* context) {

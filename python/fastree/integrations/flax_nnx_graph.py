@@ -47,7 +47,7 @@ _RECORD_FIELDS = {
 }
 # The Kind codes of csrc/nnx_graph.h.
 LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
-LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE = range(6, 12)
+LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = range(6, 13)
 
 _lock = threading.Lock()
 
@@ -59,11 +59,20 @@ class _Graph:
         variablelib = sys.modules["flax.nnx.variablelib"]
         pytreelib = sys.modules["flax.nnx.pytreelib"]
         typing = sys.modules["flax.typing"]
+        tracers = sys.modules["flax.nnx.tracers"]
         self.graphlib = graphlib
         self.flax_flatten = graphlib.flatten
+        self.flax_unflatten = graphlib.unflatten
         self.variable = variablelib.Variable
         self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
-        self.pytree_graph_flatten = vars(pytreelib.Pytree)["_graph_node_flatten"]
+        pytree_namespace = vars(pytreelib.Pytree)
+        self.pytree_graph_flatten = pytree_namespace["_graph_node_flatten"]
+        create_empty = pytree_namespace["_graph_node_create_empty"]
+        self.pytree_graph_rebuild = (
+            getattr(create_empty, "__func__", create_empty),
+            pytree_namespace["_graph_node_clear"],
+            pytree_namespace["_graph_node_init"],
+        )
         self.pytree_state = pytreelib.PytreeState
         self.pytree_state_flatten = getattr(pytreelib, "_flatten_pytree_state", None)
         self.builtins = {
@@ -71,10 +80,15 @@ class _Graph:
             for cls, kind in ((list, LIST), (tuple, TUPLE), (type(None), NONE), (dict, DICT))
         }
         self.kinds: dict[type, tuple[int, Any, Any]] = {}
+        # NodeDef/VariableDef types -> entry, as get_node_impl_for_type finds their impl.
+        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
         self.generation: tuple[int, int, int] = (-1, -1, -1)
         # Types met by no walk that was compared with flax's yet, and those that were.
         self.pending: list[type] = []
         self.verified: set[type] = set()
+        # The same for the node types unflatten meets.
+        self.pending_nodes: list[type] = []
+        self.verified_nodes: set[type] = set()
         # Types left to flax after a difference: type -> reason.
         self.fallbacks: dict[type, str] = {}
         self.context = (
@@ -92,7 +106,32 @@ class _Graph:
             graphlib.IndexesPytreeDef,
             {},
         )
-        self.unserved_types = self._unserved_types()
+        opaque_trace = type(tracers.current_jax_trace())
+        self.unflatten_context = (
+            self.kinds,
+            self.classify,
+            self.node_kinds,
+            self.classify_node_type,
+            graphlib.NodeDef,
+            graphlib.VariableDef,
+            graphlib.NodeRef,
+            graphlib.Static,
+            graphlib.NodeAttr,
+            graphlib.LeafAttr,
+            typing.HashableMapping,
+            graphlib.IndexesPytreeDef,
+            self.context[-1],
+            pytreelib.PytreeState,
+            tracers.TraceState,
+            opaque_trace,
+            tracers.current_jax_trace,
+            self.variable,
+        )
+        self.index_map = graphlib.IndexMap
+        self.unserved_types = self._unserved_types() + tuple(
+            getattr(graphlib, name) for name in ("NoUpdate", "Repeated", "ArrayRefOutput")
+            if isinstance(getattr(graphlib, name, None), type)
+        )
 
     @staticmethod
     def _unserved_types() -> tuple[type, ...]:
@@ -106,6 +145,7 @@ class _Graph:
                       len(graphlib.JAX_PYTREE_REGISTRY))
         if generation != self.generation:
             self.kinds.clear()
+            self.node_kinds.clear()
             self.generation = generation
 
     def classify(self, cls: type) -> tuple[int, Any, Any]:
@@ -116,6 +156,53 @@ class _Graph:
         if entry[0] != UNSERVED and cls not in self.verified:
             self.pending.append(cls)
         return entry
+
+    def forget_pending(self) -> None:
+        # A walk that was not served checks nothing: the types it met are classified again
+        # (and so pending again) by the next walk that meets them.
+        for cls in self.pending:
+            self.kinds.pop(cls, None)
+        for cls in self.pending_nodes:
+            self.node_kinds.pop(cls, None)
+        self.pending, self.pending_nodes = [], []
+
+    def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
+        entry = self._node_kind(cls)
+        if cls in self.fallbacks:
+            entry = (UNSERVED, None, None)
+        self.node_kinds[cls] = entry
+        if entry[0] != UNSERVED and cls not in self.verified_nodes:
+            self.pending_nodes.append(cls)
+        return entry
+
+    def _node_kind(self, cls: type) -> tuple[int, Any, Any]:
+        # graphlib.get_node_impl_for_type's order: GenericPytree, PYTREE_REGISTRY, GRAPH_REGISTRY;
+        # a VariableDef's type is a Variable class.
+        graphlib = self.graphlib
+        unserved = (UNSERVED, None, None)
+        if cls is graphlib.GenericPytree:
+            impl = graphlib.PYTREE_NODE_IMPL
+            plain = impl.unflatten is graphlib._unflatten_pytree
+            return (GENERIC_PYTREE if plain else PYTREE_NODE, impl, cls)
+        impl = graphlib.PYTREE_REGISTRY.get(cls)
+        if impl is not None:
+            builtin = self.builtins.get(cls)
+            if builtin is not None and builtin[0] is impl:
+                return (builtin[1], impl, cls)
+            return (PYTREE_NODE, impl, cls)
+        impl = graphlib.GRAPH_REGISTRY.get(cls)
+        if impl is not None:
+            if type(impl) is not graphlib.GraphNodeImpl:
+                return (PYTREE_NODE, impl, cls)
+            rebuild = (impl.create_empty, impl.clear, impl.init)
+            if all(ours is theirs for ours, theirs in zip(rebuild, self.pytree_graph_rebuild)):
+                return (NNX_PYTREE, impl, cls)
+            return (GRAPH_NODE, impl, cls)
+        if isinstance(cls, type) and issubclass(cls, self.variable):
+            if self.hijax_variable is not None and issubclass(cls, self.hijax_variable):
+                return unserved
+            return (VARIABLE, None, cls) if self._plain_variable(cls) else unserved
+        return unserved
 
     def _kind(self, cls: type) -> tuple[int, Any, Any]:
         graphlib = self.graphlib
@@ -169,7 +256,9 @@ class _Graph:
         return type(cls) is type(base) and all(
             inspect.getattr_static(cls, name, None) is inspect.getattr_static(base, name, None)
             for name in ("var_type", "get_raw_value", "get_metadata", "_raw_value",
-                         "_var_metadata", "__getattribute__")
+                         "_var_metadata", "_trace_state", "__getattribute__", "__setattr__",
+                         "from_metadata", "_new", "update_from_state", "set_raw_value",
+                         "_check_can_update")
         )
 
 
@@ -208,13 +297,15 @@ def attach() -> bool:
         if not all(cls in graphlib.PYTREE_REGISTRY for cls in (list, tuple, dict, type(None))):
             return False
         graph = _Graph(graphlib)
-        wrapper = _make_flatten(graph)
-        # nnx re-exports it (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
-        # flax's function is rebound; graphlib's own callers read the module global.
+        replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
+                        "unflatten": (graph.flax_unflatten, _make_unflatten(graph))}
+        # nnx re-exports them (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
+        # flax's function is rebound; graphlib's own callers read the module globals.
         for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
             module = sys.modules.get(module_name)
-            if module is not None and getattr(module, "flatten", None) is graph.flax_flatten:
-                module.flatten = wrapper
+            for name, (theirs, ours) in replacements.items():
+                if module is not None and getattr(module, name, None) is theirs:
+                    setattr(module, name, ours)
         _graph = graph
     return True
 
@@ -225,7 +316,7 @@ def status() -> dict[str, str]:
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
-    ['flatten']
+    ['flatten', 'unflatten']
     """
     graph = _graph
     if graph is None:
@@ -233,8 +324,8 @@ def status() -> dict[str, str]:
             why = "flax: not a flax version fastree knows (or flax is not installed)"
         else:
             why = "flax: not attached (flax.nnx not loaded while fastree is installed)"
-        return {"flatten": why}
-    out = {"flatten": "native"}
+        return {"flatten": why, "unflatten": why}
+    out = {"flatten": "native", "unflatten": "native"}
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
@@ -268,7 +359,7 @@ def _make_flatten(graph: _Graph) -> Any:
         outer = ref_outer_index._mapping if ref_outer_index else None
         result = native(node, with_paths, mapping, outer, state.context)
         if result is None:
-            state.pending.clear()
+            state.forget_pending()
             return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
                                 ref_outer_index=ref_outer_index, graph=graph)
         nodes, attributes, leaves, paths, added = result
@@ -387,4 +478,140 @@ def _map_difference(ours: dict[int, Any], theirs: dict[int, Any]) -> str | None:
         ours[k][0] is theirs[k][0] and _same_value(ours[k][1], theirs[k][1]) for k in ours
     ):
         return "the reference map differs"
+    return None
+
+
+def _make_unflatten(graph: _Graph) -> Any:
+    graphlib = graph.graphlib
+    flax_unflatten = graph.flax_unflatten
+    graph_def = graphlib.GraphDef
+    flat_state = graphlib.FlatState
+    index_map = graph.index_map
+    served_roots = (graphlib.NodeDef, graphlib.VariableDef)
+    native = _core.nnx_graph_unflatten
+
+    @functools.wraps(flax_unflatten)
+    def unflatten(graphdef: Any, state: Any, /, *, index_ref: Any = None,
+                  outer_index_outer_ref: Any = None, copy_variables: bool = False,
+                  recreate_variables: bool = True) -> Any:
+        leaves = state.leaves if type(state) is flat_state else state
+        if index_ref is None:
+            index_ref = index_map()
+        if (
+            copy_variables
+            or type(graphdef) is not graph_def
+            or type(leaves) is not list
+            or len(leaves) != graphdef.num_leaves
+            or not graphdef.nodes
+            or type(graphdef.nodes[0]) not in served_roots
+            or type(index_ref) is not index_map
+            or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
+        ):
+            return flax_unflatten(graphdef, state, index_ref=index_ref,
+                                  outer_index_outer_ref=outer_index_outer_ref,
+                                  copy_variables=copy_variables,
+                                  recreate_variables=recreate_variables)
+        graph.refresh()
+        args = (graphdef.nodes, graphdef.attributes, leaves)
+        if graph.pending or graph.pending_nodes or _meets_new_types(graph, graphdef, leaves):
+            return _checked_unflatten(graph, args, state, graphdef, index_ref,
+                                      outer_index_outer_ref, recreate_variables)
+        result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
+                        graph.unflatten_context)
+        if result is None:
+            return flax_unflatten(graphdef, state, index_ref=index_ref,
+                                  outer_index_outer_ref=outer_index_outer_ref,
+                                  recreate_variables=recreate_variables)
+        return result[0]
+
+    return unflatten
+
+
+def _meets_new_types(graph: _Graph, graphdef: Any, leaves: list[Any]) -> bool:
+    # Whether this graphdef names a node type, or the leaves hold a type, no checked walk met.
+    # Cheap once every type is in the tables: a lookup per record and per leaf type.
+    kinds, node_kinds = graph.kinds, graph.node_kinds
+    for record in graphdef.nodes:
+        cls = getattr(record, "type", None)
+        if cls is not None and cls not in node_kinds:
+            graph.classify_node_type(cls)
+    for leaf in leaves:
+        if type(leaf) not in kinds:
+            graph.classify(type(leaf))
+    return bool(graph.pending or graph.pending_nodes)
+
+
+def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphdef: Any,
+                       index_ref: Any, outer: Any, recreate_variables: bool) -> Any:
+    # A walk over types no checked walk met: flax's function and the native one each rebuild
+    # the graph from a copy of the index map, without the outer map (so that no caller's object
+    # changes twice), and the results are compared. The call itself is then served by the
+    # native walk if they are the same, else by flax's function from then on for those types.
+    index_map = graph.index_map
+    ours_map = index_map(index_ref)
+    ours = _core.nnx_graph_unflatten(*args, ours_map, None, recreate_variables,
+                                     graph.unflatten_context)
+    if ours is None:
+        graph.forget_pending()
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
+    met, met_nodes = graph.pending, graph.pending_nodes
+    graph.pending, graph.pending_nodes = [], []
+    theirs_map = index_map(index_ref)
+    theirs = graph.flax_unflatten(graphdef, state, index_ref=theirs_map,
+                                  recreate_variables=recreate_variables)
+    why = _rebuilt_difference(graph, ours[0], theirs) or _index_difference(ours_map, theirs_map)
+    if why is not None:
+        for cls in met:
+            graph.fallbacks[cls] = why
+            graph.kinds.pop(cls, None)
+        for cls in met_nodes:
+            graph.fallbacks[cls] = why
+            graph.node_kinds.pop(cls, None)
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
+    graph.verified.update(met)
+    graph.verified_nodes.update(met_nodes)
+    if outer is None:
+        index_ref.update(ours_map)
+        return ours[0]
+    result = _core.nnx_graph_unflatten(*args, index_ref, outer, recreate_variables,
+                                       graph.unflatten_context)
+    return result[0]
+
+
+def _same_leaf(graph: _Graph, a: Any, b: Any) -> bool:
+    # The same object, or Variables rebuilt alike: class, raw value, metadata, trace state.
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, graph.variable):
+        return False
+    return (
+        a._raw_value is b._raw_value
+        and _equal(a._var_metadata, b._var_metadata)
+        and _equal(a._trace_state, b._trace_state)
+    )
+
+
+def _rebuilt_difference(graph: _Graph, ours: Any, theirs: Any) -> str | None:
+    # Two rebuilt graphs compared through flax's own flatten of each.
+    fresh = graph.graphlib.PythonRefMap
+    ours_def, ours_state = graph.flax_flatten(ours, ref_index=fresh(), graph=True)
+    theirs_def, theirs_state = graph.flax_flatten(theirs, ref_index=fresh(), graph=True)
+    if type(ours) is not type(theirs):
+        return "the rebuilt node's class differs"
+    if not _equal(ours_def, theirs_def):
+        return "the rebuilt graph differs"
+    if len(ours_state.leaves) != len(theirs_state.leaves) or not all(
+        _same_leaf(graph, a, b) for a, b in zip(ours_state.leaves, theirs_state.leaves)
+    ):
+        return "the rebuilt leaves differ"
+    return None
+
+
+def _index_difference(ours: dict[Any, Any], theirs: dict[Any, Any]) -> str | None:
+    if list(ours) != list(theirs) or not all(type(ours[k]) is type(theirs[k]) for k in ours):
+        return "the index map differs"
     return None

@@ -1,0 +1,530 @@
+// flax.nnx graphlib.unflatten in graph mode (nnx_graph.h), natively.
+//
+// The walk mirrors flax 0.12's `unflatten` / `_graph_unflatten` (flax/nnx/graphlib.py) step by
+// step. Unlike the flatten, it changes the caller's objects as it goes (the outer index map's
+// nodes are cleared and refilled, its Variables updated in place), so it cannot give up half-way:
+// everything it does not serve is found by a first look (Check) before anything is changed, and
+// past that point every case it does not reproduce itself calls flax's own function for that one
+// step (a node impl's create_empty/init/unflatten, a Variable's update_from_state).
+#include <vector>
+
+#include "attr_mapping.h"
+#include "nnx_graph.h"
+#include "nnx_graph_names.h"
+#include "pyutils.h"
+
+namespace fastree::nnx_graph {
+namespace {
+
+enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
+
+class Walk {
+ public:
+    Walk(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
+         PyObject* outer_ref, bool recreate_variables, PyObject* context)
+        : nodes_(nodes),
+          attributes_(attributes),
+          leaves_(leaves),
+          index_ref_(index_ref),
+          outer_ref_(outer_ref),
+          recreate_variables_(recreate_variables) {
+        for (Py_ssize_t i = 0; i < kUnflattenSize; ++i) ctx_[i] = PyTuple_GET_ITEM(context, i);
+    }
+
+    // The first look: every record, attribute and leaf of a kind this walk serves.
+    Step Check() {
+        const Names* n = GetNames();
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes_); ++i) {
+            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_, i));
+            PyTypeObject* type = Py_TYPE(record.get());
+            if (type == Cls(kUNodeRef)) continue;
+            if (type != Cls(kUNodeDef) && type != Cls(kUVariableDef)) return kNotServed;
+            Ref node_type(PyObject_GetAttr(record.get(), n->type));
+            if (!node_type) return kFailed;
+            Ref entry = NodeEntry(node_type.get());
+            if (!entry) return kFailed;
+            const int kind = KindOf(entry.get());
+            if (type == Cls(kUNodeDef)) {
+                if (kind == kUnserved || kind == kVariable) return kNotServed;
+                continue;
+            }
+            if (kind != kVariable) return kNotServed;
+            Ref refdef(PyObject_GetAttr(record.get(), n->array_refdef));
+            if (!refdef) return kFailed;
+            if (refdef.get() != Py_None) return kNotServed;
+            // from_metadata's `if attributes['hijax']`: served where it is False.
+            Ref metadata(PyObject_GetAttr(record.get(), n->metadata));
+            if (!metadata) return kFailed;
+            if (Py_TYPE(metadata.get()) != Cls(kUHashableMapping)) return kNotServed;
+            Ref items(PyObject_GetAttr(metadata.get(), n->mapping));
+            if (!items) return kFailed;
+            if (!PyDict_CheckExact(items.get())) return kNotServed;
+            PyObject* hijax = PyDict_GetItemWithError(items.get(), n->hijax);
+            if (hijax != Py_False) return PyErr_Occurred() ? kFailed : kNotServed;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attributes_); ++i) {
+            PyObject* pair = PyList_GET_ITEM(attributes_, i);
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) return kNotServed;
+            PyTypeObject* type = Py_TYPE(PyTuple_GET_ITEM(pair, 1));
+            if (type != Cls(kUStatic) && type != Cls(kUNodeAttr) && type != Cls(kULeafAttr) &&
+                type != Cls(kUNodeRef)) {
+                return kNotServed;
+            }
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaves_); ++i) {
+            Ref entry = LeafEntry(Py_TYPE(PyList_GET_ITEM(leaves_, i)));
+            if (!entry) return kFailed;
+            if (KindOf(entry.get()) == kUnserved) return kNotServed;
+        }
+        return kServed;
+    }
+
+    // `_graph_unflatten(nodes[0], ...)` and the check that every leaf was taken.
+    PyObject* Run() {
+        Ref node = Next(&next_node_, nodes_);
+        if (!node) return nullptr;
+        Ref out = Record(node.get());
+        if (!out) return nullptr;
+        if (next_leaf_ < PyList_GET_SIZE(leaves_)) {
+            PyErr_SetString(PyExc_ValueError, "Incorrect number of leaves in state.");
+            return nullptr;
+        }
+        return out.release();
+    }
+
+ private:
+    PyTypeObject* Cls(Py_ssize_t item) const { return reinterpret_cast<PyTypeObject*>(ctx_[item]); }
+
+    static int KindOf(PyObject* entry) {
+        return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+    }
+
+    // A table entry (kind, impl, type), asking the Python side on a miss.
+    Ref TableEntry(PyObject* table, PyObject* classify, PyObject* key) {
+        Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
+        if (!entry) {
+            if (PyErr_Occurred()) return Ref();
+            entry = Ref(PyObject_CallOneArg(classify, key));
+            if (!entry) return Ref();
+        }
+        if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
+            PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
+            return Ref();
+        }
+        return entry;
+    }
+    Ref NodeEntry(PyObject* type) {
+        return TableEntry(ctx_[kNodeKinds], ctx_[kClassifyNodeType], type);
+    }
+    Ref LeafEntry(PyTypeObject* type) {
+        return TableEntry(ctx_[kLeafKinds], ctx_[kClassifyLeaf], reinterpret_cast<PyObject*>(type));
+    }
+
+    // next(iterator) over one of the lists; StopIteration at the end, as flax's next() raises.
+    static Ref Next(Py_ssize_t* position, PyObject* list) {
+        if (*position >= PyList_GET_SIZE(list)) {
+            PyErr_SetNone(PyExc_StopIteration);
+            return Ref();
+        }
+        return Ref::FromBorrowed(PyList_GET_ITEM(list, (*position)++));
+    }
+
+    // `mapping[key]` for an index map (a dict, or a dict subclass: KeyError as flax gets it).
+    static Ref GetIndexed(PyObject* map, PyObject* key) { return Ref(PyObject_GetItem(map, key)); }
+
+    // `outer_index is not None and outer_index in outer_index_outer_ref`: the outer object, or
+    // null (no error) if there is none.
+    Ref OuterObject(PyObject* outer_index) {
+        if (outer_ref_ == nullptr || outer_index == Py_None) return Ref();
+        const int has = PySequence_Contains(outer_ref_, outer_index);
+        if (has <= 0) return Ref();
+        return GetIndexed(outer_ref_, outer_index);
+    }
+
+    // A new tracers.TraceState(): jax's opaque trace state of the current trace, as
+    // tracers.current_jax_trace() makes it (a new object around the trace's weakref), asked of
+    // jax once per walk.
+    Ref NewTraceState() {
+        const Names* n = GetNames();
+        if (!trace_ref_) {
+            Ref current(PyObject_CallNoArgs(ctx_[kCurrentTrace]));
+            if (!current) return Ref();
+            if (Py_TYPE(current.get()) != Cls(kOpaqueTraceState)) {
+                // Not the class the Python side saw at attach: flax's own constructor.
+                return Ref(PyObject_CallNoArgs(ctx_[kTraceStateType]));
+            }
+            trace_ref_ = Ref(PyObject_GetAttr(current.get(), n->trace_ref));
+            if (!trace_ref_) return Ref();
+        }
+        Ref opaque(NewRecord(ctx_[kOpaqueTraceState], {{n->trace_ref, trace_ref_.get()}}));
+        if (!opaque) return Ref();
+        return Ref(NewRecord(ctx_[kTraceStateType], {{n->jax_trace, opaque.get()}}));
+    }
+
+    // Variable._check_can_update(): a hijax Variable, or one made in the current trace, may be
+    // updated. Decided here where the trace state is plainly this trace's; otherwise flax's own
+    // method decides (and raises its TraceContextError).
+    bool CheckCanUpdate(PyObject* variable) {
+        const Names* n = GetNames();
+        Ref state = Ref(PyObject_GetAttr(variable, n->trace_state));
+        if (state && trace_ref_ && Py_TYPE(state.get()) == Cls(kTraceStateType)) {
+            Ref opaque(PyObject_GetAttr(state.get(), n->jax_trace));
+            if (opaque && Py_TYPE(opaque.get()) == Cls(kOpaqueTraceState)) {
+                Ref ref(PyObject_GetAttr(opaque.get(), n->trace_ref));
+                if (ref && ref.get() == trace_ref_.get()) return true;
+            }
+        }
+        PyErr_Clear();  // only reads of our own above: flax's method reads them again
+        Ref checked(PyObject_CallMethodNoArgs(variable, n->check_can_update));
+        return static_cast<bool>(checked);
+    }
+
+    // variable.set_raw_value(value) / variable.update_from_state(value) on an outer Variable.
+    bool UpdateOuterVariable(PyObject* variable, PyObject* value, bool value_is_variable) {
+        const Names* n = GetNames();
+        Ref entry = LeafEntry(Py_TYPE(variable));
+        if (!entry) return false;
+        if (KindOf(entry.get()) != kVariable) {
+            Ref done(PyObject_CallMethodOneArg(
+                variable, value_is_variable ? n->update_from_state : n->set_raw_value, value));
+            return static_cast<bool>(done);
+        }
+        if (!trace_ref_) {  // the current trace, for CheckCanUpdate
+            Ref probe = NewTraceState();
+            if (!probe) return false;
+        }
+        if (!CheckCanUpdate(variable)) return false;
+        if (!value_is_variable) {
+            return PyObject_GenericSetAttr(variable, n->raw_value, value) == 0;
+        }
+        // update_from_state: the raw value, then the metadata only if it differs.
+        Ref raw(PyObject_GetAttr(value, n->raw_value));
+        if (!raw || PyObject_GenericSetAttr(variable, n->raw_value, raw.get()) < 0) return false;
+        Ref ours(PyObject_GetAttr(variable, n->var_metadata));
+        Ref theirs(PyObject_GetAttr(value, n->var_metadata));
+        if (!ours || !theirs) return false;
+        if (ours.get() == theirs.get()) return true;
+        const int differs = PyObject_RichCompareBool(ours.get(), theirs.get(), Py_NE);
+        if (differs < 0) return false;
+        if (!differs) return true;
+        Ref done(PyObject_CallMethodOneArg(variable, n->update_from_state, value));
+        return static_cast<bool>(done);
+    }
+
+    bool IsVariableLeaf(PyObject* value, bool* is_variable) {
+        Ref entry = LeafEntry(Py_TYPE(value));
+        if (!entry) return false;
+        *is_variable = KindOf(entry.get()) == kVariable;
+        return true;
+    }
+
+    // The VariableDef branch of _graph_unflatten (no array ref, copy_variables False: Check).
+    Ref VariableRecord(PyObject* def) {
+        const Names* n = GetNames();
+        Ref value = Next(&next_leaf_, leaves_);
+        if (!value) return Ref();
+        bool value_is_variable;
+        if (!IsVariableLeaf(value.get(), &value_is_variable)) return Ref();
+        Ref outer_index(PyObject_GetAttr(def, n->outer_index));
+        if (!outer_index) return Ref();
+        Ref variable = OuterObject(outer_index.get());
+        if (PyErr_Occurred()) return Ref();
+        if (variable) {
+            const int is = PyObject_IsInstance(variable.get(), ctx_[kUVariableBase]);
+            if (is < 0) return Ref();
+            if (!is) {
+                Ref name(PyObject_Repr(reinterpret_cast<PyObject*>(Py_TYPE(variable.get()))));
+                if (name) PyErr_Format(PyExc_ValueError, "Expected a Variable type but got %U.",
+                                       name.get());
+                return Ref();
+            }
+            if (!UpdateOuterVariable(variable.get(), value.get(), value_is_variable)) return Ref();
+        } else if (value_is_variable || !recreate_variables_) {
+            variable = std::move(value);
+        } else {
+            variable = NewVariable(def, value.get());
+            if (!variable) return Ref();
+        }
+        Ref index(PyObject_GetAttr(def, n->index));
+        if (!index || PyObject_SetItem(index_ref_, index.get(), variable.get()) < 0) return Ref();
+        return variable;
+    }
+
+    // variabledef.type.from_metadata(value, dict(metadata)) for a non-hijax plain Variable class:
+    // cls._new(value, dict(attributes)), i.e. object.__new__(cls), then _trace_state, the
+    // metadata dict and the raw value, set as object.__setattr__ sets them.
+    Ref NewVariable(PyObject* def, PyObject* value) {
+        const Names* n = GetNames();
+        Ref cls(PyObject_GetAttr(def, n->type));
+        Ref metadata(PyObject_GetAttr(def, n->metadata));
+        if (!cls || !metadata) return Ref();
+        Ref items(PyObject_GetAttr(metadata.get(), n->mapping));
+        if (!items) return Ref();
+        Ref copy(PyDict_Copy(items.get()));
+        if (!copy) return Ref();
+        Ref state = NewTraceState();
+        if (!state) return Ref();
+        Ref obj(attr::NewInstance(cls.get()));
+        if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
+            PyObject_GenericSetAttr(obj.get(), n->var_metadata, copy.get()) < 0 ||
+            PyObject_GenericSetAttr(obj.get(), n->raw_value, value) < 0) {
+            return Ref();
+        }
+        return obj;
+    }
+
+    // _get_children(): the (key, value) pairs of a NodeDef's attributes.
+    bool Children(Py_ssize_t count, std::vector<std::pair<Ref, Ref>>* children) {
+        const Names* n = GetNames();
+        for (Py_ssize_t i = 0; i < count; ++i) {
+            Ref pair = Next(&next_attribute_, attributes_);
+            if (!pair) return false;
+            PyObject* key = PyTuple_GET_ITEM(pair.get(), 0);
+            PyObject* attr = PyTuple_GET_ITEM(pair.get(), 1);
+            PyTypeObject* type = Py_TYPE(attr);
+            Ref value;
+            if (type == Cls(kUStatic)) {
+                value = Ref(PyObject_GetAttr(attr, n->value));
+            } else if (type == Cls(kULeafAttr)) {
+                value = Next(&next_leaf_, leaves_);
+            } else if (type == Cls(kUNodeAttr)) {
+                Ref def = Next(&next_node_, nodes_);
+                if (!def) return false;
+                value = Record(def.get());
+            } else {  // NodeRef (Check let nothing else through)
+                Ref index(PyObject_GetAttr(attr, n->index));
+                if (index) value = GetIndexed(index_ref_, index.get());
+            }
+            if (!value) return false;
+            children->emplace_back(Ref::FromBorrowed(key), std::move(value));
+        }
+        return true;
+    }
+
+    static Ref ChildrenList(const std::vector<std::pair<Ref, Ref>>& children) {
+        RefVector pairs;
+        for (const auto& [key, value] : children) {
+            PyObject* pair = PyTuple_Pack(2, key.get(), value.get());
+            if (pair == nullptr) return Ref();
+            PushOwned(pairs, pair);
+        }
+        return Ref(StealIntoSequence(pairs, false));
+    }
+
+    // One record: NodeRef, VariableDef or NodeDef.
+    Ref Record(PyObject* def) {
+        RecursionGuard guard(" in nnx graph unflatten");
+        if (!guard.ok()) return Ref();
+        const Names* n = GetNames();
+        PyTypeObject* type = Py_TYPE(def);
+        if (type == Cls(kUNodeRef)) {
+            Ref index(PyObject_GetAttr(def, n->index));
+            return index ? GetIndexed(index_ref_, index.get()) : Ref();
+        }
+        if (type == Cls(kUVariableDef)) return VariableRecord(def);
+        if (type != Cls(kUNodeDef)) {
+            Ref repr(PyObject_Repr(def));
+            if (repr) PyErr_Format(PyExc_RuntimeError, "Unknown node definition: %U", repr.get());
+            return Ref();
+        }
+        return NodeRecord(def);
+    }
+
+    Ref NodeRecord(PyObject* def) {
+        const Names* n = GetNames();
+        Ref node_type(PyObject_GetAttr(def, n->type));
+        Ref index(PyObject_GetAttr(def, n->index));
+        Ref metadata(PyObject_GetAttr(def, n->metadata));
+        Ref count_obj(PyObject_GetAttr(def, n->num_attributes));
+        if (!node_type || !index || !metadata || !count_obj) return Ref();
+        const Py_ssize_t count = PyLong_AsSsize_t(count_obj.get());
+        if (count == -1 && PyErr_Occurred()) return Ref();
+        Ref entry = NodeEntry(node_type.get());
+        if (!entry) return Ref();
+        const int kind = KindOf(entry.get());
+        PyObject* impl = PyTuple_GET_ITEM(entry.get(), 1);
+        if (index.get() != Py_None) {
+            const int used = PySequence_Contains(index_ref_, index.get());
+            if (used < 0) return Ref();
+            if (used) {
+                PyErr_Format(PyExc_RuntimeError, "GraphDef index %S already used.", index.get());
+                return Ref();
+            }
+        }
+        std::vector<std::pair<Ref, Ref>> children;
+        if (kind != kNnxPytree && kind != kGraphNode) {
+            // A pytree node: its children first (it cannot refer to itself), then unflatten.
+            if (!Children(count, &children)) return Ref();
+            return PytreeNode(kind, impl, metadata.get(), children);
+        }
+        // A graph node: made empty (or the outer one cleared) and indexed before its children,
+        // which may refer back to it.
+        Ref outer_index(PyObject_GetAttr(def, n->outer_index));
+        if (!outer_index) return Ref();
+        Ref node = OuterObject(outer_index.get());
+        if (PyErr_Occurred()) return Ref();
+        if (node) {
+            if (reinterpret_cast<PyObject*>(Py_TYPE(node.get())) != node_type.get()) {
+                PyErr_Format(PyExc_ValueError,
+                             "Expected a node of type %R for index %R, but got a node of type %R.",
+                             node_type.get(), index.get(), Py_TYPE(node.get()));
+                return Ref();
+            }
+            if (!ClearNode(kind, impl, node.get())) return Ref();
+        } else {
+            node = CreateEmpty(kind, impl, metadata.get());
+            if (!node) return Ref();
+        }
+        if (PyObject_SetItem(index_ref_, index.get(), node.get()) < 0) return Ref();
+        if (!Children(count, &children)) return Ref();
+        if (!InitNode(kind, impl, node.get(), children)) return Ref();
+        return node;
+    }
+
+    // Pytree._graph_node_clear: vars(self).clear().
+    bool ClearNode(int kind, PyObject* impl, PyObject* node) {
+        const Names* n = GetNames();
+        if (kind == kNnxPytree) {
+            Ref dict(PyObject_GetAttr(node, n->dict));
+            if (dict && PyDict_CheckExact(dict.get())) {
+                PyDict_Clear(dict.get());
+                return true;
+            }
+            if (!dict) return false;
+        }
+        Ref clear(PyObject_GetAttr(impl, n->clear));
+        Ref done(clear ? PyObject_CallOneArg(clear.get(), node) : nullptr);
+        return static_cast<bool>(done);
+    }
+
+    // Pytree._graph_node_create_empty(node_type): object.__new__(node_type).
+    Ref CreateEmpty(int kind, PyObject* impl, PyObject* metadata) {
+        if (kind == kNnxPytree && PyType_Check(metadata)) return Ref(attr::NewInstance(metadata));
+        Ref create(PyObject_GetAttr(impl, GetNames()->create_empty));
+        return create ? Ref(PyObject_CallOneArg(create.get(), metadata)) : Ref();
+    }
+
+    // Pytree._graph_node_init: object.__setattr__(self, _get_str(name), value) per child.
+    bool InitNode(int kind, PyObject* impl, PyObject* node,
+                  const std::vector<std::pair<Ref, Ref>>& children) {
+        if (kind == kNnxPytree) {
+            for (const auto& [key, value] : children) {
+                Ref name = PyUnicode_Check(key.get()) ? Ref::FromBorrowed(key.get())
+                                                      : Ref(PyObject_Str(key.get()));
+                if (!name || PyObject_GenericSetAttr(node, name.get(), value.get()) < 0) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        Ref list = ChildrenList(children);
+        Ref init(list ? PyObject_GetAttr(impl, GetNames()->init) : nullptr);
+        Ref done(init ? PyObject_CallFunctionObjArgs(init.get(), node, list.get(), nullptr)
+                      : nullptr);
+        return static_cast<bool>(done);
+    }
+
+    // node_impl.unflatten(children, metadata): flax's own list/tuple/dict/None registrations and
+    // a PytreeState's generic node natively, any other by the impl's function.
+    Ref PytreeNode(int kind, PyObject* impl, PyObject* metadata,
+                   const std::vector<std::pair<Ref, Ref>>& children) {
+        if (kind == kNone) return Ref::FromBorrowed(Py_None);
+        if (kind == kList || kind == kTuple) {
+            RefVector values;
+            for (const auto& child : children) PushNewRef(values, child.second.get());
+            return Ref(StealIntoSequence(values, kind == kTuple));
+        }
+        if (kind == kDict) {
+            Ref dict(PyDict_New());
+            if (!dict) return Ref();
+            for (const auto& [key, value] : children) {
+                if (PyDict_SetItem(dict.get(), key.get(), value.get()) < 0) return Ref();
+            }
+            return dict;
+        }
+        if (kind == kGenericPytree && children.empty()) {
+            Ref state = PytreeState(metadata);
+            if (state || PyErr_Occurred()) return state;
+        }
+        Ref list = ChildrenList(children);
+        Ref unflatten(list ? PyObject_GetAttr(impl, GetNames()->unflatten) : nullptr);
+        return unflatten ? Ref(PyObject_CallFunctionObjArgs(unflatten.get(), list.get(), metadata,
+                                                            nullptr))
+                         : Ref();
+    }
+
+    // PytreeState(initializing, is_setup) for a treedef the flatten took from flax (kStateAuxes):
+    // object.__new__ and its three slots, as __init__ sets them. Null without an error where the
+    // metadata is no such treedef's.
+    Ref PytreeState(PyObject* metadata) {
+        const Names* n = GetNames();
+        if (Py_TYPE(metadata) != Cls(kUIndexesPytreeDef) || PyTuple_GET_SIZE(metadata) != 2) {
+            return Ref();
+        }
+        // The aux data whose treedef this is, by identity (a handful of entries: no Python code).
+        PyObject* treedef = PyTuple_GET_ITEM(metadata, 1);
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        Ref aux;
+        while (PyDict_Next(ctx_[kStateAuxes], &pos, &key, &value)) {
+            if (value == treedef) {
+                aux = Ref::FromBorrowed(key);
+                break;
+            }
+        }
+        if (!aux || !PyTuple_CheckExact(aux.get()) || PyTuple_GET_SIZE(aux.get()) != 2) {
+            return Ref();
+        }
+        Ref state = NewTraceState();
+        if (!state) return Ref();
+        Ref obj(attr::NewInstance(ctx_[kPytreeStateType]));
+        if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
+            PyObject_GenericSetAttr(obj.get(), n->initializing_slot,
+                                    PyTuple_GET_ITEM(aux.get(), 0)) < 0 ||
+            PyObject_GenericSetAttr(obj.get(), n->is_setup_slot, PyTuple_GET_ITEM(aux.get(), 1)) <
+                0) {
+            return Ref();
+        }
+        return obj;
+    }
+
+    PyObject* ctx_[kUnflattenSize];
+    PyObject* const nodes_;       // borrowed: the GraphDef's list (the caller holds the GraphDef)
+    PyObject* const attributes_;  // borrowed, likewise
+    PyObject* const leaves_;      // borrowed: the caller's list
+    PyObject* const index_ref_;   // borrowed: written to
+    PyObject* const outer_ref_;   // borrowed, or null
+    const bool recreate_variables_;
+    Py_ssize_t next_node_ = 0, next_attribute_ = 0, next_leaf_ = 0;
+    Ref trace_ref_;  // the current trace's weakref, once asked
+};
+
+}  // namespace
+
+PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
+                    PyObject* outer_ref, bool recreate_variables, PyObject* context) {
+    if (!PyList_CheckExact(nodes) || !PyList_CheckExact(attributes) || !PyList_CheckExact(leaves) ||
+        !PyDict_Check(index_ref) || (outer_ref != Py_None && !PyDict_Check(outer_ref)) ||
+        !PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != kUnflattenSize) {
+        PyErr_SetString(PyExc_TypeError,
+                        "nnx_graph_unflatten(nodes: list, attributes: list, leaves: list, "
+                        "index_ref: dict, outer_ref: dict | None, recreate_variables, context)");
+        return nullptr;
+    }
+    if (PyList_GET_SIZE(nodes) == 0) Py_RETURN_NONE;
+    Walk walk(nodes, attributes, leaves, index_ref, outer_ref == Py_None ? nullptr : outer_ref,
+              recreate_variables, context);
+    switch (walk.Check()) {
+        case kFailed:
+            return nullptr;
+        case kNotServed:
+            Py_RETURN_NONE;
+        case kServed:
+            break;
+    }
+    Ref node(walk.Run());
+    return node ? PyTuple_Pack(1, node.get()) : nullptr;
+}
+
+}  // namespace fastree::nnx_graph
