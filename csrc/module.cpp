@@ -258,6 +258,15 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         "flax.nnx graphlib.unflatten in graph mode (csrc/nnx_graph.h): (node,), or None where "
         "not served.");
     m.def(
+        "nnx_graph_update",
+        [](py::handle node, py::handle state, py::handle context) {
+            PyObject* out = nnx_graph::Update(node.ptr(), state.ptr(), context.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("node"), py::arg("state"), py::arg("context"),
+        "flax.nnx graphlib._graph_update_dynamic in graph mode (csrc/nnx_graph.h).");
+    m.def(
         "attribute_node",
         [](py::handle type) -> py::object {
             if (!PyType_Check(type.ptr())) return py::none();

@@ -79,6 +79,8 @@ enum UnflattenItem : Py_ssize_t {
     kOpaqueTraceState,    // the class of tracers.current_jax_trace()'s result
     kCurrentTrace,        // tracers.current_jax_trace
     kUVariableBase,       // variablelib.Variable
+    kStateType,           // statelib.State (update only)
+    kUpdateDynamic,       // flax's own graphlib._graph_update_dynamic (update only)
     kUnflattenSize,
 };
 
@@ -90,6 +92,13 @@ enum UnflattenItem : Py_ssize_t {
 // served (before anything is changed); or null with an error set, as flax's walk raises.
 PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
                     PyObject* outer_ref, bool recreate_variables, PyObject* context);
+
+// graphlib._graph_update_dynamic(node, state) (nnx.update, and the updates of the transforms):
+// the walk over `state`'s items and the node's children natively where both are of served kinds
+// (exact State or dict; nnx Pytree, list, tuple, dict, None nodes; plain Variables), and flax's
+// own function for any other subtree or key. `context` is the unflatten context. Returns None, or
+// null with an error set, as flax's function raises.
+PyObject* Update(PyObject* node, PyObject* state, PyObject* context);
 
 // graphlib.flatten(node, with_paths=..., ref_index=..., ref_outer_index=...) in graph mode, for
 // a Python-side RefMap: `ref_mapping` is its `_mapping` dict (id -> (object, index)), read only;

@@ -11,6 +11,7 @@
 #include "attr_mapping.h"
 #include "nnx_graph.h"
 #include "nnx_graph_names.h"
+#include "nnx_graph_variables.h"
 #include "pyutils.h"
 
 namespace fastree::nnx_graph {
@@ -27,7 +28,8 @@ class Walk {
           leaves_(leaves),
           index_ref_(index_ref),
           outer_ref_(outer_ref),
-          recreate_variables_(recreate_variables) {
+          recreate_variables_(recreate_variables),
+          vars_(context) {
         for (Py_ssize_t i = 0; i < kUnflattenSize; ++i) ctx_[i] = PyTuple_GET_ITEM(context, i);
     }
 
@@ -72,7 +74,7 @@ class Walk {
             }
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaves_); ++i) {
-            Ref entry = LeafEntry(Py_TYPE(PyList_GET_ITEM(leaves_, i)));
+            Ref entry = vars_.LeafEntry(Py_TYPE(PyList_GET_ITEM(leaves_, i)));
             if (!entry) return kFailed;
             if (KindOf(entry.get()) == kUnserved) return kNotServed;
         }
@@ -117,9 +119,6 @@ class Walk {
     Ref NodeEntry(PyObject* type) {
         return TableEntry(ctx_[kNodeKinds], ctx_[kClassifyNodeType], type);
     }
-    Ref LeafEntry(PyTypeObject* type) {
-        return TableEntry(ctx_[kLeafKinds], ctx_[kClassifyLeaf], reinterpret_cast<PyObject*>(type));
-    }
 
     // next(iterator) over one of the lists; StopIteration at the end, as flax's next() raises.
     static Ref Next(Py_ssize_t* position, PyObject* list) {
@@ -142,90 +141,13 @@ class Walk {
         return GetIndexed(outer_ref_, outer_index);
     }
 
-    // A new tracers.TraceState(): jax's opaque trace state of the current trace, as
-    // tracers.current_jax_trace() makes it (a new object around the trace's weakref), asked of
-    // jax once per walk.
-    Ref NewTraceState() {
-        const Names* n = GetNames();
-        if (!trace_ref_) {
-            Ref current(PyObject_CallNoArgs(ctx_[kCurrentTrace]));
-            if (!current) return Ref();
-            if (Py_TYPE(current.get()) != Cls(kOpaqueTraceState)) {
-                // Not the class the Python side saw at attach: flax's own constructor.
-                return Ref(PyObject_CallNoArgs(ctx_[kTraceStateType]));
-            }
-            trace_ref_ = Ref(PyObject_GetAttr(current.get(), n->trace_ref));
-            if (!trace_ref_) return Ref();
-        }
-        Ref opaque(NewRecord(ctx_[kOpaqueTraceState], {{n->trace_ref, trace_ref_.get()}}));
-        if (!opaque) return Ref();
-        return Ref(NewRecord(ctx_[kTraceStateType], {{n->jax_trace, opaque.get()}}));
-    }
-
-    // Variable._check_can_update(): a hijax Variable, or one made in the current trace, may be
-    // updated. Decided here where the trace state is plainly this trace's; otherwise flax's own
-    // method decides (and raises its TraceContextError).
-    bool CheckCanUpdate(PyObject* variable) {
-        const Names* n = GetNames();
-        Ref state = Ref(PyObject_GetAttr(variable, n->trace_state));
-        if (state && trace_ref_ && Py_TYPE(state.get()) == Cls(kTraceStateType)) {
-            Ref opaque(PyObject_GetAttr(state.get(), n->jax_trace));
-            if (opaque && Py_TYPE(opaque.get()) == Cls(kOpaqueTraceState)) {
-                Ref ref(PyObject_GetAttr(opaque.get(), n->trace_ref));
-                if (ref && ref.get() == trace_ref_.get()) return true;
-            }
-        }
-        PyErr_Clear();  // only reads of our own above: flax's method reads them again
-        Ref checked(PyObject_CallMethodNoArgs(variable, n->check_can_update));
-        return static_cast<bool>(checked);
-    }
-
-    // variable.set_raw_value(value) / variable.update_from_state(value) on an outer Variable.
-    bool UpdateOuterVariable(PyObject* variable, PyObject* value, bool value_is_variable) {
-        const Names* n = GetNames();
-        Ref entry = LeafEntry(Py_TYPE(variable));
-        if (!entry) return false;
-        if (KindOf(entry.get()) != kVariable) {
-            Ref done(PyObject_CallMethodOneArg(
-                variable, value_is_variable ? n->update_from_state : n->set_raw_value, value));
-            return static_cast<bool>(done);
-        }
-        if (!trace_ref_) {  // the current trace, for CheckCanUpdate
-            Ref probe = NewTraceState();
-            if (!probe) return false;
-        }
-        if (!CheckCanUpdate(variable)) return false;
-        if (!value_is_variable) {
-            return PyObject_GenericSetAttr(variable, n->raw_value, value) == 0;
-        }
-        // update_from_state: the raw value, then the metadata only if it differs.
-        Ref raw(PyObject_GetAttr(value, n->raw_value));
-        if (!raw || PyObject_GenericSetAttr(variable, n->raw_value, raw.get()) < 0) return false;
-        Ref ours(PyObject_GetAttr(variable, n->var_metadata));
-        Ref theirs(PyObject_GetAttr(value, n->var_metadata));
-        if (!ours || !theirs) return false;
-        if (ours.get() == theirs.get()) return true;
-        const int differs = PyObject_RichCompareBool(ours.get(), theirs.get(), Py_NE);
-        if (differs < 0) return false;
-        if (!differs) return true;
-        Ref done(PyObject_CallMethodOneArg(variable, n->update_from_state, value));
-        return static_cast<bool>(done);
-    }
-
-    bool IsVariableLeaf(PyObject* value, bool* is_variable) {
-        Ref entry = LeafEntry(Py_TYPE(value));
-        if (!entry) return false;
-        *is_variable = KindOf(entry.get()) == kVariable;
-        return true;
-    }
-
     // The VariableDef branch of _graph_unflatten (no array ref, copy_variables False: Check).
     Ref VariableRecord(PyObject* def) {
         const Names* n = GetNames();
         Ref value = Next(&next_leaf_, leaves_);
         if (!value) return Ref();
-        bool value_is_variable;
-        if (!IsVariableLeaf(value.get(), &value_is_variable)) return Ref();
+        const int value_is_variable = vars_.IsPlainVariable(value.get());
+        if (value_is_variable < 0) return Ref();
         Ref outer_index(PyObject_GetAttr(def, n->outer_index));
         if (!outer_index) return Ref();
         Ref variable = OuterObject(outer_index.get());
@@ -239,7 +161,7 @@ class Walk {
                                        name.get());
                 return Ref();
             }
-            if (!UpdateOuterVariable(variable.get(), value.get(), value_is_variable)) return Ref();
+            if (!vars_.Update(variable.get(), value.get(), value_is_variable)) return Ref();
         } else if (value_is_variable || !recreate_variables_) {
             variable = std::move(value);
         } else {
@@ -263,7 +185,7 @@ class Walk {
         if (!items) return Ref();
         Ref copy(PyDict_Copy(items.get()));
         if (!copy) return Ref();
-        Ref state = NewTraceState();
+        Ref state = vars_.NewTraceState();
         if (!state) return Ref();
         Ref obj(attr::NewInstance(cls.get()));
         if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
@@ -476,7 +398,7 @@ class Walk {
         if (!aux || !PyTuple_CheckExact(aux.get()) || PyTuple_GET_SIZE(aux.get()) != 2) {
             return Ref();
         }
-        Ref state = NewTraceState();
+        Ref state = vars_.NewTraceState();
         if (!state) return Ref();
         Ref obj(attr::NewInstance(ctx_[kPytreeStateType]));
         if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
@@ -497,7 +419,7 @@ class Walk {
     PyObject* const outer_ref_;   // borrowed, or null
     const bool recreate_variables_;
     Py_ssize_t next_node_ = 0, next_attribute_ = 0, next_leaf_ = 0;
-    Ref trace_ref_;  // the current trace's weakref, once asked
+    VariableOps vars_;
 };
 
 }  // namespace

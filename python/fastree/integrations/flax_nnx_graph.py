@@ -63,6 +63,7 @@ class _Graph:
         self.graphlib = graphlib
         self.flax_flatten = graphlib.flatten
         self.flax_unflatten = graphlib.unflatten
+        self.flax_update = graphlib._graph_update_dynamic
         self.variable = variablelib.Variable
         self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
         pytree_namespace = vars(pytreelib.Pytree)
@@ -126,7 +127,11 @@ class _Graph:
             opaque_trace,
             tracers.current_jax_trace,
             self.variable,
+            sys.modules["flax.nnx.statelib"].State,
+            self.flax_update,
         )
+        # Root node types whose first update was compared with flax's.
+        self.verified_updates: set[type] = set()
         self.index_map = graphlib.IndexMap
         self.unserved_types = self._unserved_types() + tuple(
             getattr(graphlib, name) for name in ("NoUpdate", "Repeated", "ArrayRefOutput")
@@ -298,7 +303,8 @@ def attach() -> bool:
             return False
         graph = _Graph(graphlib)
         replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
-                        "unflatten": (graph.flax_unflatten, _make_unflatten(graph))}
+                        "unflatten": (graph.flax_unflatten, _make_unflatten(graph)),
+                        "_graph_update_dynamic": (graph.flax_update, _make_update(graph))}
         # nnx re-exports them (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
         # flax's function is rebound; graphlib's own callers read the module globals.
         for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
@@ -316,7 +322,7 @@ def status() -> dict[str, str]:
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
-    ['flatten', 'unflatten']
+    ['flatten', 'unflatten', 'update']
     """
     graph = _graph
     if graph is None:
@@ -324,8 +330,8 @@ def status() -> dict[str, str]:
             why = "flax: not a flax version fastree knows (or flax is not installed)"
         else:
             why = "flax: not attached (flax.nnx not loaded while fastree is installed)"
-        return {"flatten": why, "unflatten": why}
-    out = {"flatten": "native", "unflatten": "native"}
+        return {"flatten": why, "unflatten": why, "update": why}
+    out = {"flatten": "native", "unflatten": "native", "update": "native"}
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
@@ -615,3 +621,52 @@ def _index_difference(ours: dict[Any, Any], theirs: dict[Any, Any]) -> str | Non
     if list(ours) != list(theirs) or not all(type(ours[k]) is type(theirs[k]) for k in ours):
         return "the index map differs"
     return None
+
+
+def _make_update(graph: _Graph) -> Any:
+    flax_update = graph.flax_update
+    native = _core.nnx_graph_update
+
+    @functools.wraps(flax_update)
+    def _graph_update_dynamic(node: Any, state: Any) -> None:
+        graph.refresh()
+        root = type(node)
+        if root in graph.fallbacks:
+            return flax_update(node, state)
+        if root not in graph.verified_updates and not _checked_update(graph, node, state):
+            return flax_update(node, state)
+        return native(node, state, graph.unflatten_context)
+
+    return _graph_update_dynamic
+
+
+def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
+    # The first update of a root type: flax's function and the native walk each update a copy
+    # of the graph (made by flax's own flatten and unflatten), and the two are compared. True
+    # if the native walk may serve the call (and later ones for this root type).
+    root = type(node)
+    copies = []
+    for _ in range(2):
+        graphdef, flat = graph.flax_flatten(node, ref_index=graph.graphlib.PythonRefMap(),
+                                            graph=True)
+        copies.append(graph.flax_unflatten(graphdef, flat, copy_variables=True))
+    theirs, ours = copies
+    errors = []
+    native = _core.nnx_graph_update
+    for run, target in ((graph.flax_update, theirs),
+                        (lambda n, s: native(n, s, graph.unflatten_context), ours)):
+        try:
+            run(target, state)
+            errors.append(None)
+        except Exception as error:  # noqa: BLE001 - compared below, then raised by the real call
+            errors.append(type(error))
+    why = None
+    if errors[0] is not errors[1]:
+        why = "the update raises differently"
+    elif errors[0] is None:
+        why = _rebuilt_difference(graph, ours, theirs)
+    if why is None:
+        graph.verified_updates.add(root)
+        return True
+    graph.fallbacks[root] = why
+    return False
