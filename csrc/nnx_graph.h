@@ -54,7 +54,8 @@ enum ContextItem : Py_ssize_t {
     kDataElem,           // graphlib.DataElem
     kStaticElem,         // graphlib.StaticElem
     kIndexesPytreeDef,   // graphlib.IndexesPytreeDef (a NamedTuple)
-    kStateTreedefs,      // dict: (initializing, is_setup) -> the treedef flax made for it
+    kStateTreedefs,      // dict: (initializing, is_setup) -> the IndexesPytreeDef flax made for it
+    kRecords,            // dict: the records made before, by their fields (Records, flatten.cpp)
     kContextSize,
 };
 
@@ -73,7 +74,7 @@ enum UnflattenItem : Py_ssize_t {
     kULeafAttr,           // graphlib.LeafAttr (the class)
     kUHashableMapping,    // flax.typing.HashableMapping
     kUIndexesPytreeDef,   // graphlib.IndexesPytreeDef
-    kStateAuxes,          // the flatten Context's kStateTreedefs (aux data -> treedef)
+    kStateAuxes,          // the flatten Context's kStateTreedefs (aux -> IndexesPytreeDef)
     kPytreeStateType,     // pytreelib.PytreeState
     kTraceStateType,      // tracers.TraceState
     kOpaqueTraceState,    // the class of tracers.current_jax_trace()'s result

@@ -147,9 +147,142 @@ class Walk {
         return true;
     }
 
-    bool PushStatic(PyObject* key, PyObject* value) {
+    // Records are immutable (frozen dataclasses), and flax compares GraphDefs often (nnx.jit's
+    // cache looks its static GraphDef up on every call): a record equal to one made before is
+    // that record again, so that comparing two GraphDefs' lists finds the same objects
+    // (identity) instead of calling each record's dataclass __eq__. The table is keyed by the
+    // fields' identities (ids, ints, None: no Python code hashes or compares them); each cached
+    // record holds its fields alive, so no id is reused while it is cached.
+    static constexpr Py_ssize_t kMaxRecords = 1 << 16;
+
+    Ref CachedRecord(PyObject* key) {
+        Ref hit = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kRecords], key));
+        return hit;
+    }
+
+    bool CacheRecord(PyObject* key, PyObject* record) {
+        PyObject* records = ctx_[kRecords];
+        if (PyDict_GET_SIZE(records) >= kMaxRecords) PyDict_Clear(records);
+        return PyDict_SetItem(records, key, record) == 0;
+    }
+
+    // An exact int or None (a record's index fields), hashed and compared without Python code.
+    static bool PlainIndex(PyObject* index) { return index == Py_None || PyLong_CheckExact(index); }
+
+    static Ref IdOf(PyObject* obj) { return Ref(PyLong_FromVoidPtr(obj)); }
+
+    Ref Static(PyObject* value) {
+        Ref id = IdOf(value);
+        if (!id) return Ref();
+        Ref key(PyTuple_Pack(2, ctx_[kStaticType], id.get()));
+        if (!key) return Ref();
+        Ref hit = CachedRecord(key.get());
+        if (hit || PyErr_Occurred()) return hit;
         Ref stat(NewRecord(ctx_[kStaticType], {{GetNames()->value, value}}));
+        if (!stat || !CacheRecord(key.get(), stat.get())) return Ref();
+        return stat;
+    }
+
+    bool PushStatic(PyObject* key, PyObject* value) {
+        Ref stat = Static(value);
         return stat && PushAttribute(key, stat.get());
+    }
+
+    Ref NodeRef(PyObject* index) {
+        if (!PlainIndex(index)) {
+            return Ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, index}}));
+        }
+        Ref key(PyTuple_Pack(2, ctx_[kNodeRefType], index));
+        if (!key) return Ref();
+        Ref hit = CachedRecord(key.get());
+        if (hit || PyErr_Occurred()) return hit;
+        Ref ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, index}}));
+        if (!ref || !CacheRecord(key.get(), ref.get())) return Ref();
+        return ref;
+    }
+
+    Ref NodeDef(PyObject* type, PyObject* index, PyObject* outer, PyObject* count,
+                PyObject* metadata) {
+        const Names* n = GetNames();
+        auto make = [&] {
+            return Ref(NewRecord(ctx_[kNodeDefType], {{n->type, type},
+                                                       {n->index, index},
+                                                       {n->outer_index, outer},
+                                                       {n->num_attributes, count},
+                                                       {n->metadata, metadata}}));
+        };
+        if (!PlainIndex(index) || !PlainIndex(outer)) return make();
+        Ref type_id = IdOf(type), metadata_id = IdOf(metadata);
+        if (!type_id || !metadata_id) return Ref();
+        Ref key(PyTuple_Pack(6, ctx_[kNodeDefType], type_id.get(), index, outer, count,
+                             metadata_id.get()));
+        if (!key) return Ref();
+        Ref hit = CachedRecord(key.get());
+        if (hit || PyErr_Occurred()) return hit;
+        Ref def = make();
+        if (!def || !CacheRecord(key.get(), def.get())) return Ref();
+        return def;
+    }
+
+    // Whether a cached VariableDef's metadata holds exactly `items` (the same keys and value
+    // objects, in the same order). No Python code: identity and exact-str equality only.
+    static bool SameMetadata(PyObject* def, PyObject* items) {
+        const Names* n = GetNames();
+        PyObject* def_dict = PyObject_GenericGetDict(def, nullptr);
+        if (def_dict == nullptr) {
+            PyErr_Clear();
+            return false;
+        }
+        Ref held(def_dict);
+        PyObject* mapping = PyDict_GetItem(def_dict, n->metadata);  // borrowed, no code runs
+        if (mapping == nullptr) return false;
+        PyObject* mapping_dict = PyObject_GenericGetDict(mapping, nullptr);
+        if (mapping_dict == nullptr) {
+            PyErr_Clear();
+            return false;
+        }
+        Ref held_mapping(mapping_dict);
+        PyObject* theirs = PyDict_GetItem(mapping_dict, n->mapping);
+        if (theirs == nullptr || !PyDict_CheckExact(theirs) ||
+            PyDict_GET_SIZE(theirs) != PyDict_GET_SIZE(items)) {
+            return false;
+        }
+        Py_ssize_t i = 0, j = 0;
+        PyObject *ka, *va, *kb, *vb;
+        while (PyDict_Next(theirs, &i, &ka, &va)) {
+            if (!PyDict_Next(items, &j, &kb, &vb) || va != vb) return false;
+            if (ka != kb && !(PyUnicode_CheckExact(ka) && PyUnicode_CheckExact(kb) &&
+                              PyUnicode_Compare(ka, kb) == 0)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    Ref VariableDef(PyObject* type, PyObject* index, PyObject* outer, PyObject* items) {
+        const Names* n = GetNames();
+        Ref key;
+        if (PlainIndex(index) && PlainIndex(outer)) {
+            Ref type_id = IdOf(type);
+            if (!type_id) return Ref();
+            key = Ref(PyTuple_Pack(4, ctx_[kVariableDefType], type_id.get(), index, outer));
+            if (!key) return Ref();
+            Ref hit = CachedRecord(key.get());
+            if (hit && SameMetadata(hit.get(), items)) return hit;
+            if (PyErr_Occurred()) return Ref();
+        }
+        // HashableMapping(node.get_metadata()): a copy of the copy; one fresh dict is the same.
+        Ref copy(PyDict_Copy(items));
+        if (!copy) return Ref();
+        Ref metadata(NewRecord(ctx_[kHashableMapping], {{n->mapping, copy.get()}}));
+        if (!metadata) return Ref();
+        Ref def(NewRecord(ctx_[kVariableDefType], {{n->type, type},
+                                                    {n->index, index},
+                                                    {n->outer_index, outer},
+                                                    {n->metadata, metadata.get()},
+                                                    {n->array_refdef, Py_None}}));
+        if (!def || (key && !CacheRecord(key.get(), def.get()))) return Ref();
+        return def;
     }
 
     Step NodeWith(PyObject* node, PyObject* entry) {
@@ -161,7 +294,7 @@ class Walk {
         if (!IsPytreeKind(kind)) {
             Ref seen = FindRef(node);
             if (seen) {
-                Ref ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, seen.get()}}));
+                Ref ref = NodeRef(seen.get());
                 if (!ref) return kFailed;
                 PushOwned(nodes_, ref.release());
                 return kServed;
@@ -186,18 +319,10 @@ class Walk {
         Ref metadata_dict(PyObject_GetAttr(node, n->var_metadata));
         if (!metadata_dict) return kFailed;
         if (!PyDict_CheckExact(metadata_dict.get())) return kNotServed;
-        // HashableMapping(node.get_metadata()): a copy of the copy; one fresh dict is the same.
-        Ref copy(PyDict_Copy(metadata_dict.get()));
-        if (!copy) return kFailed;
-        Ref metadata(NewRecord(ctx_[kHashableMapping], {{n->mapping, copy.get()}}));
-        if (!metadata) return kFailed;
         Ref outer = OuterIndex(node);
         if (!outer) return kFailed;
-        Ref def(NewRecord(ctx_[kVariableDefType], {{n->type, PyTuple_GET_ITEM(entry, 2)},
-                                                    {n->index, index.get()},
-                                                    {n->outer_index, outer.get()},
-                                                    {n->metadata, metadata.get()},
-                                                    {n->array_refdef, Py_None}}));
+        Ref def = VariableDef(PyTuple_GET_ITEM(entry, 2), index.get(), outer.get(),
+                              metadata_dict.get());
         if (!def) return kFailed;
         if (!PushLeaf(with_paths_ ? node : raw.get())) return kFailed;
         PushOwned(nodes_, def.release());
@@ -325,8 +450,8 @@ class Walk {
     }
 
     // `_flatten_pytree(state)` for a PytreeState: no children, and IndexesPytreeDef(an empty
-    // HashableMapping, the treedef of its aux data). The treedef is immutable and depends on
-    // the aux data only: the one flax made for the first state with that aux data serves all.
+    // HashableMapping, the treedef of its aux data), which depends on the aux data only: the one
+    // flax made for the first state with that aux data serves all.
     Step PytreeStateMetadata(PyObject* node, PyObject* entry, std::vector<Child>* children,
                              Ref* metadata) {
         const Names* n = GetNames();
@@ -337,8 +462,8 @@ class Walk {
         Ref aux(PyTuple_Pack(2, initializing.get(), is_setup.get()));
         if (!aux) return kFailed;
         PyObject* cache = ctx_[kStateTreedefs];
-        Ref treedef = Ref::FromBorrowed(PyDict_GetItemWithError(cache, aux.get()));
-        if (!treedef) {
+        Ref cached = Ref::FromBorrowed(PyDict_GetItemWithError(cache, aux.get()));
+        if (!cached) {
             if (PyErr_Occurred()) return kFailed;
             Step got = CalledChildren(node, PyTuple_GET_ITEM(entry, 1), children, metadata);
             if (got != kServed) return got;
@@ -348,21 +473,13 @@ class Walk {
                 PyTuple_GET_SIZE(made) != 2) {
                 return kNotServed;
             }
-            if (PyDict_SetItem(cache, aux.get(), PyTuple_GET_ITEM(made, 1)) < 0) return kFailed;
+            if (PyDict_SetItem(cache, aux.get(), made) < 0) return kFailed;
             return kServed;
         }
-        Ref empty(PyDict_New());
-        if (!empty) return kFailed;
-        Ref key_index(NewRecord(ctx_[kHashableMapping], {{n->mapping, empty.get()}}));
-        if (!key_index) return kFailed;
-        Ref items(PyTuple_Pack(2, key_index.get(), treedef.get()));
-        if (!items) return kFailed;
-        Ref args(PyTuple_Pack(1, items.get()));
-        if (!args) return kFailed;
-        // tuple.__new__(IndexesPytreeDef, items): a NamedTuple instance without its Python __new__.
-        PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(ctx_[kIndexesPytreeDef]);
-        *metadata = Ref(PyTuple_Type.tp_new(cls, args.get(), nullptr));
-        return *metadata ? kServed : kFailed;
+        // The metadata made for the first state with this aux data, again (as records are:
+        // immutable, and found by identity when GraphDefs are compared).
+        *metadata = std::move(cached);
+        return kServed;
     }
 
     Step GraphOrPytreeNode(PyObject* node, PyObject* entry, int kind) {
@@ -395,11 +512,8 @@ class Walk {
         if (!outer) return kFailed;
         Ref count(PyLong_FromSize_t(children.size()));
         if (!count) return kFailed;
-        Ref def(NewRecord(ctx_[kNodeDefType], {{n->type, PyTuple_GET_ITEM(entry, 2)},
-                                               {n->index, index.get()},
-                                               {n->outer_index, outer.get()},
-                                               {n->num_attributes, count.get()},
-                                               {n->metadata, metadata.get()}}));
+        Ref def = NodeDef(PyTuple_GET_ITEM(entry, 2), index.get(), outer.get(), count.get(),
+                          metadata.get());
         if (!def) return kFailed;
         PushOwned(nodes_, def.release());
 

@@ -153,7 +153,10 @@ class Walk {
         Ref variable = OuterObject(outer_index.get());
         if (PyErr_Occurred()) return Ref();
         if (variable) {
-            const int is = PyObject_IsInstance(variable.get(), ctx_[kUVariableBase]);
+            // isinstance(variable, Variable): a plain Variable class is one (no metaclass hook).
+            const int plain = vars_.IsPlainVariable(variable.get());
+            if (plain < 0) return Ref();
+            const int is = plain ? 1 : PyObject_IsInstance(variable.get(), ctx_[kUVariableBase]);
             if (is < 0) return Ref();
             if (!is) {
                 Ref name(PyObject_Repr(reinterpret_cast<PyObject*>(Py_TYPE(variable.get()))));
@@ -390,7 +393,7 @@ class Walk {
         PyObject *key, *value;
         Ref aux;
         while (PyDict_Next(ctx_[kStateAuxes], &pos, &key, &value)) {
-            if (value == treedef) {
+            if (PyTuple_GET_ITEM(value, 1) == treedef) {
                 aux = Ref::FromBorrowed(key);
                 break;
             }

@@ -50,6 +50,15 @@ def _env() -> Any:
                                  pytreelib=pytreelib, random_models=nnx_random_models)
 
 
+def _no_keys(e: Any, node: Any) -> bool | None:
+    """True, or None (served or not, both right) for a node holding PRNG key arrays: fastree
+    leaves key arrays (a jax.Array other than jax's own) to flax's function for now."""
+    leaves = [x for _, x in e.nnx.iter_graph(node)]
+    keyed = any(e.jnp.issubdtype(getattr(x, "dtype", None) or "float32", e.jax.dtypes.prng_key)
+                for x in e.jax.tree_util.tree_leaves(leaves))
+    return None if keyed else True
+
+
 def _progress(name: str) -> None:
     print(name, file=sys.stderr, flush=True)
 
@@ -208,7 +217,7 @@ class Checker:
         entry = self.report.setdefault(self.case, {"diffs": [], "served": [], "notes": []})
         label = label or type(node).__name__
         before = self.maps.get(ref) if ref is not None else None
-        outer_map = self.maps[outer] if outer is not None else None
+        outer_map = self.maps.setdefault(outer, self.graphlib.RefMap()) if outer else None
         kept = None
         for with_paths in (True, False):
             tag = f"{label} (with_paths={with_paths})"
@@ -314,8 +323,8 @@ def standard_layers(e, check):
     ]
     rngs.params()  # a stream whose count moved
     for layer in layers:
-        check(layer)
-    check(layers, "a list of layers")
+        check(layer, served=_no_keys(e, layer))
+    check(layers, "a list of layers", served=None)
     check(nnx.Param(jnp.ones(2)), "a Variable as the root")
     check(jnp.ones(2), "an array as the root")
     check({"b": layers[0], "a": (layers[1], None)}, "a dict as the root")
@@ -326,12 +335,13 @@ def standard_layers(e, check):
 def random_models(e, check):
     for seed in range(8):
         model, optimizer, _ = e.random_models.build(random.Random(seed), e.nnx, e.jnp)
-        check(model, f"seed {seed} model")
+        served = _no_keys(e, model)
+        check(model, f"seed {seed} model", served=served)
         if optimizer is not None:
             check(optimizer, f"seed {seed} optimizer")
-            check(model, f"seed {seed} model, map shared", ref="shared")
+            check(model, f"seed {seed} model, map shared", ref="shared", served=served)
             check(optimizer, f"seed {seed} optimizer, map shared", ref="shared")
-            check((model, optimizer), f"seed {seed} (model, optimizer)")
+            check((model, optimizer), f"seed {seed} (model, optimizer)", served=served)
 
 
 def _shared(nnx, jnp, rngs):
@@ -436,11 +446,11 @@ def rngs_batchnorm_dropout(e, check):
             return self.dropout(self.bn(self.linear(x)))
 
     net = Net(nnx.Rngs(0, params=1, dropout=2))
-    check(net, "before a call")
+    check(net, "before a call", served=None)
     net(jnp.ones((2, 3)))  # batch stats and the dropout stream move
-    check(net, "after a call")
+    check(net, "after a call", served=None)
     net.eval()  # static flags change
-    check(net, "in eval mode")
+    check(net, "in eval mode", served=None)
 
 
 @case
@@ -588,12 +598,13 @@ def registered_node_types(e, check):
 
     class GN:
         def __init__(self):
-            self.items = {"w": nnx.Param(jnp.ones(1)), "n": 3}
+            self.items = {"w": nnx.Param(jnp.ones(1)), "n": 3, "s": jnp.ones(1),
+                          "l": [1, jnp.zeros(1)]}
 
     graphlib.register_graph_node_type(
         GN,
         flatten=lambda x: ((("w", x.items["w"]), ("n", graphlib.DataElem(x.items["n"])),
-                            ("s", graphlib.StaticElem(jnp.ones(1))), ("l", [1, jnp.zeros(1)])),
+                            ("s", graphlib.StaticElem(x.items["s"])), ("l", x.items["l"])),
                            ("aux",)),
         set_key=lambda x, k, v: x.items.__setitem__(k, v),
         pop_key=lambda x, k: x.items.pop(k),
@@ -748,9 +759,10 @@ def unserved_types(e, check):
 def graph_mode_off(e, check):
     nnx = e.nnx
     model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
-    check(model, "graph=False", graph=False, served=False)
+    # tree mode: flax's _tree_flatten, which the served probe does not see
+    check(model, "graph=False", graph=False, served=None)
     with e.graphlib.set_graph_mode(False):
-        check(model, "set_graph_mode(False)", served=False)
+        check(model, "set_graph_mode(False)", served=None)
 
 
 @case
@@ -773,8 +785,8 @@ def reentrant_flatten(e, check):
 @case
 def bad_inputs_flattened(e, check):
     for name, make in bad_inputs(e).items():
-        if name.startswith(("deep", "raises")):
-            continue  # compared between processes by the public mode (their own tests)
+        if name.startswith(("deep", "raises", "flatten_mutates")):
+            continue  # compared between processes (public mode): a second walk differs
         try:
             node = make()
         except Exception as error:  # noqa: BLE001
@@ -858,12 +870,13 @@ def bad_inputs(e) -> dict[str, Callable[[], Any]]:
 
     out["tuple_subclass"] = lambda: nnx.Dict({"t": TupleSub((jnp.ones(1), 2))})
 
+    one, param = jnp.ones(1), nnx.Param(jnp.ones(1))  # the same objects on every call
     flattens = {
-        "generator": lambda x: ((("a", v) for v in (jnp.ones(1),)), None),
-        "three_items": lambda x: ([("a", jnp.ones(1))], None, None),
+        "generator": lambda x: ((("a", v) for v in (one,)), None),
+        "three_items": lambda x: ([("a", one)], None, None),
         "not_iterable": lambda x: (5, None),
-        "triples": lambda x: ([("a", jnp.ones(1), 3)], None),
-        "list_pairs": lambda x: ([["a", jnp.ones(1)], ["b", nnx.Param(jnp.ones(1))]], None),
+        "triples": lambda x: ([("a", one, 3)], None),
+        "list_pairs": lambda x: ([["a", one], ["b", param]], None),
         "dict_values": lambda x: ({"ab": 1}, None),
         "raises_custom": _raiser("raises_custom", Custom),
         "raises_interrupt": _raiser("raises_interrupt", Interrupt),
@@ -959,3 +972,281 @@ def bad_input_outcomes(e) -> dict:
             "split": _describe_outcome(e, lambda: e.nnx.split(node)),
         }
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# public APIs: a JSON view, compared between a plain and an installed process
+
+
+def public_views(e) -> dict:
+    """What nnx.split/state/graphdef/merge/update/clone/jit make of the models above, and what
+    their in-place updates leave on the caller's objects."""
+    nnx, jnp, jax, optax = e.nnx, e.jnp, e.jax, e.optax
+    describe, text = e.random_models._describe_leaf, e.random_models._text
+    out: dict[str, Any] = {}
+
+    def leaves(tree):
+        return [describe(x) for x in jax.tree_util.tree_leaves(tree)]
+
+    def views(name, model):
+        _progress(f"public {name}")
+        graphdef, state = nnx.split(model)
+        params, rest = nnx.state(model, nnx.Param, ...)
+        merged = nnx.merge(graphdef, state)
+        out[name] = {
+            "graphdef": text(repr(graphdef)),
+            "state": leaves(state),
+            "paths": [str(p) for p, _ in nnx.to_flat_state(state)],
+            "params": leaves(params), "rest": leaves(rest),
+            "graphdef_only": text(repr(nnx.graphdef(model))),
+            "split_filtered": [text(repr(nnx.split(model, nnx.Param, ...)[0]))],
+            "merged_identity": e.random_models._identity_pattern(
+                [x for _, x in nnx.iter_graph(merged)]),
+            "clone_identity": e.random_models._identity_pattern(
+                [x for _, x in nnx.iter_graph(nnx.clone(model))]),
+        }
+        return out[name]
+
+    # shared submodules and Variables: an in-place update through one name is seen by the other
+    shared = _shared(nnx, jnp, nnx.Rngs(0))
+    view = views("shared", shared)
+
+    @nnx.jit
+    def step(m, x):
+        return m(x)
+
+    view["jit"] = describe(step(shared, jnp.ones((1, 2))))
+    view["after_jit"] = [describe(shared.p[...]), shared.p is shared.q,
+                         shared.pair[0] is shared.p, shared.kernel_again is shared.a.kernel]
+    _, state = nnx.split(shared)
+    nnx.update(shared, jax.tree.map(lambda x: x * 3, state))
+    view["after_update"] = leaves(nnx.state(shared))
+
+    # a cycle
+    ring = _cycle(nnx, jnp)
+    view = views("cycle", ring)
+    merged = nnx.merge(*nnx.split(ring))
+    view["merged_cycle"] = [merged.me is merged, merged.next.next.next is merged,
+                            merged.others[2] is merged]
+
+    @nnx.jit
+    def bump(m):
+        m.next.v[...] = m.next.v[...] + m.me.v[...]
+        return m.next.next.next.v[...]
+
+    view["jit"] = describe(bump(ring))
+    view["after_jit"] = [describe(ring.next.v[...]), ring.me is ring]
+
+    # Dropout and BatchNorm with rngs: the streams and statistics move in place
+    net = nnx.Sequential(nnx.Linear(3, 3, rngs=nnx.Rngs(0)), nnx.BatchNorm(3, rngs=nnx.Rngs(1)),
+                         nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=2)))
+    view = views("dropout", net)
+    view["jit"] = [describe(step(net, jnp.ones((2, 3)))) for _ in range(3)]
+    view["after_jit"] = leaves(nnx.state(net))
+
+    # an optimizer updated inside nnx.jit
+    model = nnx.Sequential(nnx.Linear(2, 3, rngs=nnx.Rngs(0)), nnx.BatchNorm(3, rngs=nnx.Rngs(1)),
+                           nnx.Linear(3, 1, rngs=nnx.Rngs(2)))
+    model.layers[2].kernel_alias = model.layers[0].kernel  # a shared Param the optimizer sees once
+    optimizer = nnx.Optimizer(model, optax.adam(0.1), wrt=nnx.Param)
+    view = views("optimizer", optimizer)
+
+    @nnx.jit
+    def train(model, optimizer, x, y):
+        def loss_fn(model):
+            return ((model(x) - y) ** 2).mean()
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    x, y = jnp.linspace(0, 1, 8).reshape(4, 2), jnp.ones((4, 1))
+    view["losses"] = [describe(train(model, optimizer, x, y)) for _ in range(3)]
+    view["after_jit"] = [leaves(nnx.state(model)), leaves(nnx.state(optimizer)),
+                         model.layers[2].kernel_alias is model.layers[0].kernel]
+
+    # two arguments sharing a submodule, and a model made inside nnx.jit
+    a = nnx.Linear(2, 2, rngs=nnx.Rngs(3))
+    holder = nnx.Dict({"a": a, "count": nnx.Variable(jnp.zeros(()))})
+
+    @nnx.jit
+    def both(layer, holder):
+        holder.count[...] += 1
+        holder.a.bias[...] = holder.a.bias[...] + 1
+        return layer.bias[...]
+
+    out["two_arguments"] = [describe(both(a, holder)), describe(a.bias[...]),
+                            describe(holder.count[...]), holder.a is a]
+    made = nnx.jit(lambda: _shared(nnx, jnp, nnx.Rngs(5)))()
+    views("made_in_jit", made)
+    out["eval_shape"] = text(repr(nnx.graphdef(nnx.eval_shape(lambda: _shared(nnx, jnp,
+                                                                              nnx.Rngs(5))))))
+    for seed in range(8, 10):
+        model, optimizer, _ = e.random_models.build(random.Random(seed), nnx, jnp)
+        views(f"random {seed}", model if optimizer is None else optimizer)
+    return out
+
+
+def run_public(unknown: bool = False) -> dict:
+    if unknown:  # before flax is imported: the integration sees an unknown flax version
+        import fastree.integrations.flax_nnx as flax_nnx
+
+        flax_nnx.KNOWN_VERSIONS = ((0, 0, 0), (0, 0, 1))
+    e = _env()
+    import fastree
+    from fastree.integrations import flax_nnx_graph
+
+    return {
+        "views": public_views(e),
+        "bad": bad_input_outcomes(e),
+        "status": flax_nnx_graph.status(),
+        "installed": fastree.is_installed(),
+        "flax_function": e.graphlib.flatten.__module__ == "flax.nnx.graphlib",
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# the check and the fallback, with fastree's walk made to differ
+
+
+def run_fallback() -> dict:
+    e = _env()
+    nnx, jnp, jax, graphlib = e.nnx, e.jnp, e.jax, e.graphlib
+    from fastree.integrations import flax_nnx_graph
+
+    graph = flax_nnx_graph._graph
+    real_classify = graph.classify
+    wrong: set[type] = set()
+
+    def classify(cls):  # the real table entry, with the wrong type for the classes in `wrong`
+        entry = real_classify(cls)
+        if cls in wrong and entry[0] != flax_nnx_graph.UNSERVED:
+            entry = (entry[0], entry[1], nnx.Param)
+            graph.kinds[cls] = entry
+        return entry
+
+    graph.context = (graph.context[0], classify, *graph.context[2:])
+    walks = [0]
+    walk = graphlib._graph_flatten
+
+    def counted(*args, **kwargs):
+        walks[0] += 1
+        return walk(*args, **kwargs)
+
+    graphlib._graph_flatten = counted
+
+    def flatten_diffs(node, **kwargs):
+        """fastree's result and map against flax's; and whether flax's walk ran for it."""
+        ours_map, theirs_map = graphlib.RefMap(), graphlib.RefMap()
+        walks[0] = 0
+        ours = graphlib.flatten(node, ref_index=ours_map, **kwargs)
+        walked = walks[0] > 0
+        theirs = graph.flax_flatten(node, ref_index=theirs_map, **kwargs)
+        diffs = result_diffs(ours, theirs, kwargs.get("with_paths", True))
+        return diffs + map_diffs(ours_map, theirs_map), walked, ours
+
+    def key(cls):
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    out: dict[str, Any] = {}
+
+    def model(var_cls, extra=None):
+        class_ = type(f"Holder_{var_cls.__name__}", (nnx.Module,), {})
+        m = class_()
+        m.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+        m.b = var_cls(jnp.ones(2))
+        if extra is not None:
+            m.z = extra
+        return m
+
+    # A: a Variable class the native walk gets wrong on its first walk.
+    class Odd(nnx.Param):
+        pass
+
+    wrong.add(Odd)
+    flatten_diffs(model(nnx.Param))  # every other type met and checked first
+    _progress("fallback A")
+    first = flatten_diffs(model(Odd))
+    again = flatten_diffs(model(Odd), with_paths=False)
+    others = flatten_diffs(model(nnx.Param))
+    out["corrupt_native"] = {
+        "first_diffs": first[0], "again_diffs": again[0], "again_walked": again[1],
+        "others_diffs": others[0], "others_walked": others[1], "status": flax_nnx_graph.status(),
+        "key": key(Odd),
+    }
+
+    # B: flax's function, in the check, returns something else once: that result is returned.
+    class Odd2(nnx.Param):
+        pass
+
+    real_flax = graph.flax_flatten
+    tweaked: list = []
+
+    def tweaking(node, **kwargs):
+        graphdef, state = real_flax(node, **kwargs)
+        if tweaked:
+            return graphdef, state
+        tweaked.append((type(graphdef)(nodes=graphdef.nodes[:-1], attributes=graphdef.attributes,
+                                       num_leaves=graphdef.num_leaves), state))
+        return tweaked[0]
+
+    _progress("fallback B")
+    graph.flax_flatten = tweaking
+    try:
+        got = graphlib.flatten(model(Odd2))
+    finally:
+        graph.flax_flatten = real_flax
+    later = flatten_diffs(model(Odd2))
+    out["tweaked_flax"] = {
+        "returned_flax_result": bool(tweaked) and got is not tweaked[0] and got[0] is tweaked[0][0],
+        "later_diffs": later[0], "later_walked": later[1], "status": flax_nnx_graph.status(),
+        "key": key(Odd2),
+    }
+
+    # C: a type first met by a walk that is not served (an array ref later in the same walk,
+    # as in a model made under jit) must still be checked on its first served walk.
+    class Odd3(nnx.Param):
+        pass
+
+    wrong.add(Odd3)
+    _progress("fallback C")
+    extra = nnx.data(jax.new_ref(jnp.zeros(1))) if hasattr(jax, "new_ref") else None
+    unserved = flatten_diffs(model(Odd3, extra=extra))
+    served = flatten_diffs(model(Odd3))
+    out["first_walk_unserved"] = {
+        "unserved_diffs": unserved[0], "served_diffs": served[0], "status": flax_nnx_graph.status(),
+        "key": key(Odd3), "has_new_ref": extra is not None,
+    }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def run_deep(depth: int, limit: int) -> dict:
+    e = _env()
+    x: Any = None
+    for _ in range(depth):
+        x = [x]
+    d = e.nnx.Dict()
+    vars(d)["x"] = x
+    d._pytree__nodes = type(d._pytree__nodes)({**d._pytree__nodes, "x": True})
+    sys.setrecursionlimit(limit)
+    try:
+        graphdef, state = e.graphlib.flatten(d)
+        return {"outcome": ["ok", len(graphdef.nodes), len(state.leaves)]}
+    except RecursionError:
+        return {"outcome": ["RecursionError"]}
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "flatten":
+        result = run_flatten_cases()
+    elif mode in ("public", "unknown"):
+        result = run_public(unknown=mode == "unknown")
+    elif mode == "fallback":
+        result = run_fallback()
+    else:
+        result = run_deep(int(sys.argv[2]), int(sys.argv[3]))
+    print(json.dumps(result))

@@ -106,6 +106,7 @@ class _Graph:
             graphlib.StaticElem,
             graphlib.IndexesPytreeDef,
             {},
+            {},
         )
         opaque_trace = type(tracers.current_jax_trace())
         self.unflatten_context = (
@@ -121,7 +122,7 @@ class _Graph:
             graphlib.LeafAttr,
             typing.HashableMapping,
             graphlib.IndexesPytreeDef,
-            self.context[-1],
+            self.context[-2],
             pytreelib.PytreeState,
             tracers.TraceState,
             opaque_trace,
