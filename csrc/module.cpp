@@ -267,6 +267,15 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("node"), py::arg("state"), py::arg("context"),
         "flax.nnx graphlib._graph_update_dynamic in graph mode (csrc/nnx_graph.h).");
     m.def(
+        "nnx_graph_merge_leaves",
+        [](py::handle states, py::handle context) {
+            PyObject* out = nnx_graph::MergeLeaves(states.ptr(), context.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("states"), py::arg("context"),
+        "flax.nnx graphlib._merge_to_flat_state (csrc/nnx_graph.h), or None where not served.");
+    m.def(
         "attribute_node",
         [](py::handle type) -> py::object {
             if (!PyType_Check(type.ptr())) return py::none();

@@ -82,6 +82,7 @@ enum UnflattenItem : Py_ssize_t {
     kUVariableBase,       // variablelib.Variable
     kStateType,           // statelib.State (update only)
     kUpdateDynamic,       // flax's own graphlib._graph_update_dynamic (update only)
+    kMappingAbc,          // collections.abc.Mapping (MergeLeaves only)
     kUnflattenSize,
 };
 
@@ -100,6 +101,12 @@ PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyO
 // own function for any other subtree or key. `context` is the unflatten context. Returns None, or
 // null with an error set, as flax's function raises.
 PyObject* Update(PyObject* node, PyObject* state, PyObject* context);
+
+// graphlib._merge_to_flat_state(states) (nnx.merge): the leaves of nested States and dicts, in
+// the order of their sorted paths. Served where each state is an exact State or dict whose nested
+// values are exact States, dicts or types no Mapping can be; returns the list, None where not
+// served, or null with an error set (list.sort's, comparing equal paths' values as flax does).
+PyObject* MergeLeaves(PyObject* states, PyObject* context);
 
 // graphlib.flatten(node, with_paths=..., ref_index=..., ref_outer_index=...) in graph mode, for
 // a Python-side RefMap: `ref_mapping` is its `_mapping` dict (id -> (object, index)), read only;

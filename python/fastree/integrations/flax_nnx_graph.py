@@ -25,6 +25,7 @@ Nothing here imports flax: :func:`attach` finds it in ``sys.modules``.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import inspect
@@ -64,6 +65,7 @@ class _Graph:
         self.flax_flatten = graphlib.flatten
         self.flax_unflatten = graphlib.unflatten
         self.flax_update = graphlib._graph_update_dynamic
+        self.flax_merge_leaves = graphlib._merge_to_flat_state
         self.variable = variablelib.Variable
         self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
         pytree_namespace = vars(pytreelib.Pytree)
@@ -130,7 +132,11 @@ class _Graph:
             self.variable,
             sys.modules["flax.nnx.statelib"].State,
             self.flax_update,
+            collections.abc.Mapping,
         )
+        self.merge_checked = False
+        # flax functions left to flax after a difference: name -> reason.
+        self.function_fallbacks: dict[str, str] = {}
         # Root node types whose first update was compared with flax's.
         self.verified_updates: set[type] = set()
         self.index_map = graphlib.IndexMap
@@ -305,7 +311,9 @@ def attach() -> bool:
         graph = _Graph(graphlib)
         replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
                         "unflatten": (graph.flax_unflatten, _make_unflatten(graph)),
-                        "_graph_update_dynamic": (graph.flax_update, _make_update(graph))}
+                        "_graph_update_dynamic": (graph.flax_update, _make_update(graph)),
+                        "_merge_to_flat_state": (graph.flax_merge_leaves,
+                                                 _make_merge_leaves(graph))}
         # nnx re-exports them (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
         # flax's function is rebound; graphlib's own callers read the module globals.
         for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
@@ -333,6 +341,8 @@ def status() -> dict[str, str]:
             why = "flax: not attached (flax.nnx not loaded while fastree is installed)"
         return {"flatten": why, "unflatten": why, "update": why}
     out = {"flatten": "native", "unflatten": "native", "update": "native"}
+    for name, reason in graph.function_fallbacks.items():
+        out[name] = f"flax: {reason}"
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
@@ -671,3 +681,28 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
         return True
     graph.fallbacks[root] = why
     return False
+
+
+def _make_merge_leaves(graph: _Graph) -> Any:
+    flax_merge_leaves = graph.flax_merge_leaves
+    native = _core.nnx_graph_merge_leaves
+
+    @functools.wraps(flax_merge_leaves)
+    def _merge_to_flat_state(states: Any) -> Any:
+        if type(states) is tuple and "_merge_to_flat_state" not in graph.function_fallbacks:
+            graph.refresh()
+            leaves = native(states, graph.unflatten_context)
+            if leaves is not None:
+                if graph.merge_checked:
+                    return leaves
+                # The first served call: flax's function too, and the same leaves, or flax's
+                # function from then on.
+                theirs = flax_merge_leaves(states)
+                graph.merge_checked = True
+                if len(leaves) == len(theirs) and all(a is b for a, b in zip(leaves, theirs)):
+                    return leaves
+                graph.function_fallbacks["_merge_to_flat_state"] = "the leaves differ"
+                return theirs
+        return flax_merge_leaves(states)
+
+    return _merge_to_flat_state
