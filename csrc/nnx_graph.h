@@ -74,7 +74,8 @@ enum UnflattenItem : Py_ssize_t {
     kULeafAttr,           // graphlib.LeafAttr (the class)
     kUHashableMapping,    // flax.typing.HashableMapping
     kUIndexesPytreeDef,   // graphlib.IndexesPytreeDef
-    kStateAuxes,          // the flatten Context's kStateTreedefs (aux -> IndexesPytreeDef)
+    kStateAuxes,          // dict: id(treedef) -> (treedef, aux) for PytreeState treedefs
+    kLearnStateAux,       // callable(treedef) -> its PytreeState aux (and stores it), or None
     kPytreeStateType,     // pytreelib.PytreeState
     kTraceStateType,      // tracers.TraceState
     kOpaqueTraceState,    // the class of tracers.current_jax_trace()'s result
@@ -90,7 +91,8 @@ enum UnflattenItem : Py_ssize_t {
 // copy_variables=False, recreate_variables=...) for a graphdef whose first node is a NodeDef or
 // VariableDef: `nodes`, `attributes` are the GraphDef's lists, `leaves` the state's leaves (a
 // list), `index_ref` the IndexMap (a dict) written to, `outer_ref` the outer IndexMap or None.
-// Returns (node,); None where a first look at the graphdef and leaves finds something not
+// Returns (node,); False where the first look classified a type not met before (nothing is
+// changed: the Python side decides whether to check the walk, then calls again); None where a first look at the graphdef and leaves finds something not
 // served (before anything is changed); or null with an error set, as flax's walk raises.
 PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
                     PyObject* outer_ref, bool recreate_variables, PyObject* context);

@@ -379,7 +379,7 @@ class Walk {
                          : Ref();
     }
 
-    // PytreeState(initializing, is_setup) for a treedef the flatten took from flax (kStateAuxes):
+    // PytreeState(initializing, is_setup) for the treedef of a lone PytreeState (kStateAuxes):
     // object.__new__ and its three slots, as __init__ sets them. Null without an error where the
     // metadata is no such treedef's.
     Ref PytreeState(PyObject* metadata) {
@@ -387,20 +387,22 @@ class Walk {
         if (Py_TYPE(metadata) != Cls(kUIndexesPytreeDef) || PyTuple_GET_SIZE(metadata) != 2) {
             return Ref();
         }
-        // The aux data whose treedef this is, by identity (a handful of entries: no Python code).
+        // The aux data of this treedef: known by its identity, or learnt once from the Python
+        // side (which checks that it is a lone PytreeState's).
         PyObject* treedef = PyTuple_GET_ITEM(metadata, 1);
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
+        Ref id(PyLong_FromVoidPtr(treedef));
+        if (!id) return Ref();
         Ref aux;
-        while (PyDict_Next(ctx_[kStateAuxes], &pos, &key, &value)) {
-            if (PyTuple_GET_ITEM(value, 1) == treedef) {
-                aux = Ref::FromBorrowed(key);
-                break;
-            }
+        Ref known = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kStateAuxes], id.get()));
+        if (known && PyTuple_CheckExact(known.get()) && PyTuple_GET_SIZE(known.get()) == 2 &&
+            PyTuple_GET_ITEM(known.get(), 0) == treedef) {
+            aux = Ref::FromBorrowed(PyTuple_GET_ITEM(known.get(), 1));
+        } else {
+            if (PyErr_Occurred()) return Ref();
+            aux = Ref(PyObject_CallOneArg(ctx_[kLearnStateAux], treedef));
+            if (!aux) return Ref();
         }
-        if (!aux || !PyTuple_CheckExact(aux.get()) || PyTuple_GET_SIZE(aux.get()) != 2) {
-            return Ref();
-        }
+        if (!PyTuple_CheckExact(aux.get()) || PyTuple_GET_SIZE(aux.get()) != 2) return Ref();
         Ref state = vars_.NewTraceState();
         if (!state) return Ref();
         Ref obj(attr::NewInstance(ctx_[kPytreeStateType]));
@@ -440,6 +442,9 @@ PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyO
     if (PyList_GET_SIZE(nodes) == 0) Py_RETURN_NONE;
     Walk walk(nodes, attributes, leaves, index_ref, outer_ref == Py_None ? nullptr : outer_ref,
               recreate_variables, context);
+    PyObject* leaf_kinds = PyTuple_GET_ITEM(context, kLeafKinds);
+    PyObject* node_kinds = PyTuple_GET_ITEM(context, kNodeKinds);
+    const Py_ssize_t known = PyDict_GET_SIZE(leaf_kinds) + PyDict_GET_SIZE(node_kinds);
     switch (walk.Check()) {
         case kFailed:
             return nullptr;
@@ -448,6 +453,8 @@ PyObject* Unflatten(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyO
         case kServed:
             break;
     }
+    // Types met for the first time: the Python side may want to check this walk against flax's.
+    if (PyDict_GET_SIZE(leaf_kinds) + PyDict_GET_SIZE(node_kinds) != known) Py_RETURN_FALSE;
     Ref node(walk.Run());
     return node ? PyTuple_Pack(1, node.get()) : nullptr;
 }

@@ -111,6 +111,9 @@ class _Graph:
             {},
         )
         opaque_trace = type(tracers.current_jax_trace())
+        # id(treedef) -> (treedef, aux) for the treedefs of lone PytreeStates (learn_state_aux).
+        self.state_auxes: dict[int, tuple[Any, Any]] = {}
+        self.pytree_state_unflatten = getattr(pytreelib, "_unflatten_pytree_state", None)
         self.unflatten_context = (
             self.kinds,
             self.classify,
@@ -124,7 +127,8 @@ class _Graph:
             graphlib.LeafAttr,
             typing.HashableMapping,
             graphlib.IndexesPytreeDef,
-            self.context[-2],
+            self.state_auxes,
+            self.learn_state_aux,
             pytreelib.PytreeState,
             tracers.TraceState,
             opaque_trace,
@@ -168,6 +172,32 @@ class _Graph:
         if entry[0] != UNSERVED and cls not in self.verified:
             self.pending.append(cls)
         return entry
+
+    def learn_state_aux(self, treedef: Any) -> Any:
+        # The (initializing, is_setup) aux data of a treedef that is one PytreeState node with no
+        # children (what _flatten_pytree makes for one), or None; kept by the treedef's id.
+        states = self.state_auxes
+        entry = _jax_compat.jax_registry_entry(self.pytree_state)
+        node_data = getattr(treedef, "node_data", None)
+        if (
+            entry is None
+            or entry.to_iter is not self.pytree_state_flatten
+            or entry.from_iter is not self.pytree_state_unflatten
+            or node_data is None
+        ):
+            return None
+        if getattr(treedef, "num_nodes", None) != 1 or getattr(treedef, "num_leaves", None) != 0:
+            return None
+        data = node_data()
+        if type(data) is not tuple or len(data) != 2 or data[0] is not self.pytree_state:
+            return None
+        aux = data[1]
+        if type(aux) is not tuple or len(aux) != 2:
+            return None
+        if len(states) >= 4096:
+            states.clear()
+        states[id(treedef)] = (treedef, aux)
+        return aux
 
     def forget_pending(self) -> None:
         # A walk that was not served checks nothing: the types it met are classified again
@@ -530,32 +560,21 @@ def _make_unflatten(graph: _Graph) -> Any:
                                   recreate_variables=recreate_variables)
         graph.refresh()
         args = (graphdef.nodes, graphdef.attributes, leaves)
-        if graph.pending or graph.pending_nodes or _meets_new_types(graph, graphdef, leaves):
-            return _checked_unflatten(graph, args, state, graphdef, index_ref,
-                                      outer_index_outer_ref, recreate_variables)
-        result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
-                        graph.unflatten_context)
-        if result is None:
+        for _ in range(2):
+            if graph.pending or graph.pending_nodes:
+                return _checked_unflatten(graph, args, state, graphdef, index_ref,
+                                          outer_index_outer_ref, recreate_variables)
+            result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
+                            graph.unflatten_context)
+            if result is not False:
+                break
+        if not result:
             return flax_unflatten(graphdef, state, index_ref=index_ref,
                                   outer_index_outer_ref=outer_index_outer_ref,
                                   recreate_variables=recreate_variables)
         return result[0]
 
     return unflatten
-
-
-def _meets_new_types(graph: _Graph, graphdef: Any, leaves: list[Any]) -> bool:
-    # Whether this graphdef names a node type, or the leaves hold a type, no checked walk met.
-    # Cheap once every type is in the tables: a lookup per record and per leaf type.
-    kinds, node_kinds = graph.kinds, graph.node_kinds
-    for record in graphdef.nodes:
-        cls = getattr(record, "type", None)
-        if cls is not None and cls not in node_kinds:
-            graph.classify_node_type(cls)
-    for leaf in leaves:
-        if type(leaf) not in kinds:
-            graph.classify(type(leaf))
-    return bool(graph.pending or graph.pending_nodes)
 
 
 def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphdef: Any,
@@ -568,7 +587,10 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
     ours_map = index_map(index_ref)
     ours = _core.nnx_graph_unflatten(*args, ours_map, None, recreate_variables,
                                      graph.unflatten_context)
-    if ours is None:
+    if ours is False:  # more types met: classified now, the second look walks
+        ours = _core.nnx_graph_unflatten(*args, ours_map, None, recreate_variables,
+                                         graph.unflatten_context)
+    if not ours:
         graph.forget_pending()
         return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
                                     outer_index_outer_ref=outer,
@@ -596,6 +618,10 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
         return ours[0]
     result = _core.nnx_graph_unflatten(*args, index_ref, outer, recreate_variables,
                                        graph.unflatten_context)
+    if not result:  # the tables changed meanwhile (a registration): flax's function
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
     return result[0]
 
 
