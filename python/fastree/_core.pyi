@@ -201,3 +201,25 @@ def set_jax_texts(
 ) -> None: ...
 def set_strict_aux(strict: bool) -> None: ...
 def strict_aux() -> bool: ...
+
+# flax.nnx graph mode (csrc/nnx_graph.h; used by fastree.integrations.flax_nnx_graph only). Each
+# takes the context tuple that module builds; None means "not served: run flax's function".
+def nnx_graph_flatten(
+    node: Any,
+    with_paths: bool,
+    ref_mapping: dict[int, tuple[Any, int]],
+    outer_mapping: dict[int, tuple[Any, int]] | None,
+    context: tuple[Any, ...],
+) -> tuple[list[Any], list[tuple[Any, Any]], list[Any], list[tuple[Any, ...]] | None,
+           dict[int, tuple[Any, int]]] | None: ...
+def nnx_graph_unflatten(
+    nodes: list[Any],
+    attributes: list[tuple[Any, Any]],
+    leaves: list[Any],
+    index_ref: dict[int, Any],
+    outer_ref: dict[int, Any] | None,
+    recreate_variables: bool,
+    context: tuple[Any, ...],
+) -> tuple[Any] | bool | None: ...
+def nnx_graph_update(node: Any, state: Any, context: tuple[Any, ...]) -> None: ...
+def nnx_graph_merge_leaves(states: tuple[Any, ...], context: tuple[Any, ...]) -> list[Any] | None: ...

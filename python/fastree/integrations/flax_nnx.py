@@ -15,8 +15,8 @@ When fastree is installed before flax registers its classes (``python -m fastree
 ``FASTREE_INSTALL=1``), :func:`native_node` recognises those functions and gives the class an
 :class:`~fastree._core.AttrNode` with the mapping layout (``csrc/attr_mapping.h``): the same
 children, aux data and keys from C, checked against flax's own functions on the first instances
-(``_checked``). flax's graph mode (``nnx.split``, ``nnx.merge``, ``nnx.jit``) is not served
-natively: its traversal is flax's Python (see README, "Library nodes").
+(``_checked``). flax's graph mode (``nnx.split``, ``nnx.merge``, ``nnx.jit``) is served by
+:mod:`fastree.integrations.flax_nnx_graph`, attached from here once ``flax.nnx.graphlib`` has loaded.
 
 Nothing here imports flax: the registration hook calls :func:`native_node` only once
 ``flax.nnx.variablelib`` is loaded.
