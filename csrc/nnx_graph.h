@@ -19,6 +19,12 @@
 
 namespace fastree::nnx_graph {
 
+// How deep the native walks nest before leaving the rest to flax's own Python: flax's walks are
+// Python recursion (heap frames from 3.11, bounded by sys.getrecursionlimit() alone), the native
+// ones use the C stack. Past this depth (nnx graphs are rarely 20 deep) a flatten, an unflatten
+// and a merge are flax's from the start and an update's deeper subtree is flax's.
+inline constexpr int kMaxNativeDepth = 1000;
+
 // What a type is to flax's graph walk: the `kind` in a Context table entry (code, impl,
 // impl.type). The Python side computes it once per type (flax_nnx_graph._classify).
 enum Kind : int {

@@ -286,8 +286,10 @@ class Walk {
     }
 
     Step NodeWith(PyObject* node, PyObject* entry) {
+        if (depth_ >= kMaxNativeDepth) return kNotServed;
         RecursionGuard guard(" in nnx graph flatten");
         if (!guard.ok()) return kFailed;
+        DepthScope scope(&depth_);
         const int kind = KindOf(entry);
         if (kind == kUnserved || kind < kLeaf || kind > kPytreeState) return kNotServed;
         // `if not is_pytree_node_ and node in ref_index: nodes.append(NodeRef(...))`
@@ -550,7 +552,24 @@ class Walk {
         return step;
     }
 
+    struct DepthScope {
+        explicit DepthScope(int* depth) : depth(depth) { ++*depth; }
+        ~DepthScope() { --*depth; }
+        int* depth;
+    };
+
+ public:
+    // On an error, flax's map keeps what its walk added before the error: so does the caller's.
+    void KeepAddedAfterError() {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (added_ && PyDict_Update(ref_mapping_, added_.get()) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+
+ private:
     PyObject* ctx_[kContextSize];
+    int depth_ = 0;
     const bool with_paths_;
     PyObject* const ref_mapping_;    // borrowed: the caller's argument, read only
     PyObject* const outer_mapping_;  // borrowed, or null
@@ -585,6 +604,7 @@ PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObje
     if (!walk.Start()) return nullptr;
     switch (walk.Node(node)) {
         case kFailed:
+            walk.KeepAddedAfterError();
             return nullptr;
         case kNotServed:
             Py_RETURN_NONE;

@@ -54,6 +54,7 @@ class Gather {
 
     // `_flatten(xs, prefix)` over a mapping's items.
     Step Mapping(PyObject* dict) {
+        if (static_cast<int>(path_.size()) >= kMaxNativeDepth) return kNotServed;
         RecursionGuard guard(" in nnx merge");
         if (!guard.ok()) return kFailed;
         std::vector<std::pair<Ref, Ref>> items;

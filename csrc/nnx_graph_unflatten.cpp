@@ -78,7 +78,41 @@ class Walk {
             if (!entry) return kFailed;
             if (KindOf(entry.get()) == kUnserved) return kNotServed;
         }
-        return kServed;
+        return Depth();
+    }
+
+    // How deep the walk will nest, from the records and attributes alone (each NodeDef takes its
+    // num_attributes attributes; a NodeAttr takes the next record): past kMaxNativeDepth, not
+    // served. A graphdef that runs out early is left to the walk, which raises as flax's does.
+    Step Depth() {
+        const Names* n = GetNames();
+        std::vector<Py_ssize_t> open;  // attributes left, per NodeDef being filled
+        Py_ssize_t next_node = 0, next_attribute = 0;
+        auto take = [&](PyObject* record) -> Step {
+            if (Py_TYPE(record) != Cls(kUNodeDef)) return kServed;
+            Ref count(PyObject_GetAttr(record, n->num_attributes));
+            if (!count) return kFailed;
+            const Py_ssize_t left = PyLong_AsSsize_t(count.get());
+            if (left == -1 && PyErr_Occurred()) return kFailed;
+            open.push_back(left);
+            return static_cast<Py_ssize_t>(open.size()) > kMaxNativeDepth ? kNotServed : kServed;
+        };
+        if (PyList_GET_SIZE(nodes_) == 0) return kServed;
+        Step step = take(PyList_GET_ITEM(nodes_, next_node++));
+        while (step == kServed && !open.empty()) {
+            if (open.back() <= 0) {
+                open.pop_back();
+                continue;
+            }
+            --open.back();
+            if (next_attribute >= PyList_GET_SIZE(attributes_)) break;
+            PyObject* pair = PyList_GET_ITEM(attributes_, next_attribute++);
+            if (Py_TYPE(PyTuple_GET_ITEM(pair, 1)) != Cls(kUNodeAttr)) continue;
+            if (next_node >= PyList_GET_SIZE(nodes_)) break;
+            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_, next_node++));
+            step = take(record.get());
+        }
+        return step;
     }
 
     // `_graph_unflatten(nodes[0], ...)` and the check that every leaf was taken.

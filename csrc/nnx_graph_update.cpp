@@ -29,8 +29,17 @@ class Walk {
     explicit Walk(PyObject* context) : ctx_(context), vars_(context) {}
 
     bool Node(PyObject* node, const StateView& state) {
+        if (depth_ >= kMaxNativeDepth) return Flax(node, state);
         RecursionGuard guard(" in nnx graph update");
         if (!guard.ok()) return false;
+        ++depth_;
+        const bool done = NodeAt(node, state);
+        --depth_;
+        return done;
+    }
+
+ private:
+    bool NodeAt(PyObject* node, const StateView& state) {
         Ref entry = vars_.LeafEntry(Py_TYPE(node));
         if (!entry) return false;
         const int kind = VariableOps::KindOf(entry.get());
@@ -59,7 +68,6 @@ class Walk {
         return true;
     }
 
- private:
     PyObject* Item(Py_ssize_t i) const { return PyTuple_GET_ITEM(ctx_, i); }
 
     // The dict whose items flax's `state.items()` yields (new reference), or null (no error) for
@@ -183,6 +191,7 @@ class Walk {
 
     PyObject* const ctx_;  // borrowed: the caller holds the context for the walk
     VariableOps vars_;
+    int depth_ = 0;
 };
 
 }  // namespace

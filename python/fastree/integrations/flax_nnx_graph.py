@@ -50,7 +50,16 @@ _RECORD_FIELDS = {
 LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
 LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = range(6, 13)
 
+# Kinds with nothing native to check: the walk calls the type's own (Python) functions, and a
+# check would call them a second time (a flatten with side effects would see its own effects).
+# Unserved types never reach the walk.
+_CALLS_ITS_OWN = (GRAPH_NODE, PYTREE_NODE, UNSERVED)
+
 _lock = threading.Lock()
+# Whether this thread is inside a native update: a subtree the walk hands to flax's function comes
+# back to graphlib._graph_update_dynamic (flax's recursion), which must stay flax's from there on
+# (each native entry is C stack).
+_updating = threading.local()
 
 
 class _Graph:
@@ -169,7 +178,7 @@ class _Graph:
         if cls in self.fallbacks:
             entry = (UNSERVED, None, None)
         self.kinds[cls] = entry
-        if entry[0] != UNSERVED and cls not in self.verified:
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
             self.pending.append(cls)
         return entry
 
@@ -213,7 +222,7 @@ class _Graph:
         if cls in self.fallbacks:
             entry = (UNSERVED, None, None)
         self.node_kinds[cls] = entry
-        if entry[0] != UNSERVED and cls not in self.verified_nodes:
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
             self.pending_nodes.append(cls)
         return entry
 
@@ -275,7 +284,7 @@ class _Graph:
             return (PYTREE_NODE, impl, impl.type)
         import numpy as np
 
-        if issubclass(cls, np.ndarray) or cls is _jax_compat.ArrayImpl:
+        if issubclass(cls, np.ndarray) or cls in _jax_compat.NEVER_REF_ARRAY_TYPES:
             return (ARRAY_LEAF, None, None)
         if issubclass(cls, _jax_compat.Array):
             return unserved  # jax's own array is no ref; another jax.Array kind might be one
@@ -404,7 +413,11 @@ def _make_flatten(graph: _Graph) -> Any:
         state.refresh()
         mapping = ref_index._mapping
         outer = ref_outer_index._mapping if ref_outer_index else None
-        result = native(node, with_paths, mapping, outer, state.context)
+        try:
+            result = native(node, with_paths, mapping, outer, state.context)
+        except BaseException:
+            state.forget_pending()  # a walk that raised checked nothing
+            raise
         if result is None:
             state.forget_pending()
             return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
@@ -564,8 +577,12 @@ def _make_unflatten(graph: _Graph) -> Any:
             if graph.pending or graph.pending_nodes:
                 return _checked_unflatten(graph, args, state, graphdef, index_ref,
                                           outer_index_outer_ref, recreate_variables)
-            result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
-                            graph.unflatten_context)
+            try:
+                result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
+                                graph.unflatten_context)
+            except BaseException:
+                graph.forget_pending()
+                raise
             if result is not False:
                 break
         if not result:
@@ -662,19 +679,26 @@ def _index_difference(ours: dict[Any, Any], theirs: dict[Any, Any]) -> str | Non
 
 def _make_update(graph: _Graph) -> Any:
     flax_update = graph.flax_update
-    native = _core.nnx_graph_update
 
     @functools.wraps(flax_update)
     def _graph_update_dynamic(node: Any, state: Any) -> None:
-        graph.refresh()
         root = type(node)
-        if root in graph.fallbacks:
+        if getattr(_updating, "active", False) or root in graph.fallbacks:
             return flax_update(node, state)
+        graph.refresh()
         if root not in graph.verified_updates and not _checked_update(graph, node, state):
             return flax_update(node, state)
-        return native(node, state, graph.unflatten_context)
+        return _native_update(graph, node, state)
 
     return _graph_update_dynamic
+
+
+def _native_update(graph: _Graph, node: Any, state: Any) -> None:
+    _updating.active = True
+    try:
+        return _core.nnx_graph_update(node, state, graph.unflatten_context)
+    finally:
+        _updating.active = False
 
 
 def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
@@ -689,9 +713,8 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
         copies.append(graph.flax_unflatten(graphdef, flat, copy_variables=True))
     theirs, ours = copies
     errors = []
-    native = _core.nnx_graph_update
     for run, target in ((graph.flax_update, theirs),
-                        (lambda n, s: native(n, s, graph.unflatten_context), ours)):
+                        (lambda n, s: _native_update(graph, n, s), ours)):
         try:
             run(target, state)
             errors.append(None)

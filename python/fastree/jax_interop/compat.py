@@ -76,6 +76,7 @@ __all__ = [
     "PUBLIC_TREE_NAMES",
     "PUBLIC_TREE_UTIL_NAMES",
     "ARRAY_REF_TYPES",
+    "NEVER_REF_ARRAY_TYPES",
     "Array",
     "ArrayImpl",
     "Tracer",
@@ -229,6 +230,25 @@ ARRAY_REF_TYPES = _array_ref_types()
 
 ArrayImpl = importlib.import_module("jax._src.array").ArrayImpl
 """jax's concrete array class: a jax.Array that is never a ref."""
+
+
+def _never_ref_array_types() -> tuple[type, ...]:
+    # jax.Array classes whose instances are never refs: the concrete array, and typed PRNG key
+    # arrays (``jax.random.key``; their aval is a ShapedArray of a key dtype).
+    found = [ArrayImpl]
+    for module in ("jax._src.random.prng", "jax._src.prng"):  # moved in jax 0.9
+        try:
+            key_array = getattr(importlib.import_module(module), "PRNGKeyArray", None)
+        except ImportError:
+            continue
+        if isinstance(key_array, type):
+            found.append(key_array)
+            break
+    return tuple(found)
+
+
+NEVER_REF_ARRAY_TYPES = _never_ref_array_types()
+"""jax.Array classes that are never array refs (for fastree.integrations.flax_nnx_graph)."""
 
 
 # ------------------------------------------------------------------------------------------------
