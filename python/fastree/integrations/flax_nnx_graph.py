@@ -440,13 +440,19 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, 
                      ref_index: Any, ref_outer_index: Any) -> Any:
     # The first walk over new types: flax's function runs too, on a copy of the map, and its
     # result is the one returned unless the two are the same.
-    met, graph.pending = graph.pending, []
+    met = graph.pending
     theirs_map = graph.graphlib.PythonRefMap()
     theirs_map._mapping.update(ref_index._mapping)
-    theirs = graph.flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
-                                ref_outer_index=ref_outer_index, graph=True)
-    ours_map = {**ref_index._mapping, **added}
-    why = _difference(out, theirs, with_paths) or _map_difference(ours_map, theirs_map._mapping)
+    try:
+        theirs = graph.flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
+                                    ref_outer_index=ref_outer_index, graph=True)
+        ours_map = {**ref_index._mapping, **added}
+        why = (_difference(out, theirs, with_paths)
+               or _map_difference(ours_map, theirs_map._mapping))
+    except BaseException:
+        graph.forget_pending()  # nothing compared: the types are checked when next met
+        raise
+    graph.pending = []
     if why is None:
         graph.verified.update(met)
         ref_index._mapping.update(added)
@@ -613,11 +619,18 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
                                     outer_index_outer_ref=outer,
                                     recreate_variables=recreate_variables)
     met, met_nodes = graph.pending, graph.pending_nodes
-    graph.pending, graph.pending_nodes = [], []
     theirs_map = index_map(index_ref)
-    theirs = graph.flax_unflatten(graphdef, state, index_ref=theirs_map,
-                                  recreate_variables=recreate_variables)
-    why = _rebuilt_difference(graph, ours[0], theirs) or _index_difference(ours_map, theirs_map)
+    try:
+        theirs = graph.flax_unflatten(graphdef, state, index_ref=theirs_map,
+                                      recreate_variables=recreate_variables)
+        why = (_rebuilt_difference(graph, ours[0], theirs)
+               or _index_difference(ours_map, theirs_map))
+    except Exception:  # noqa: BLE001 - no comparison: this call is flax's, nothing is decided
+        graph.forget_pending()
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
+    graph.pending, graph.pending_nodes = [], []
     if why is not None:
         for cls in met:
             graph.fallbacks[cls] = why
@@ -643,10 +656,11 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
 
 
 def _same_leaf(graph: _Graph, a: Any, b: Any) -> bool:
-    # The same object, or Variables rebuilt alike: class, raw value, metadata, trace state.
+    # The same object, or Variables of a plain class rebuilt alike: class, raw value, metadata,
+    # trace state.
     if a is b:
         return True
-    if type(a) is not type(b) or not isinstance(a, graph.variable):
+    if type(a) is not type(b) or graph.kinds.get(type(a), (None,))[0] != VARIABLE:
         return False
     return (
         a._raw_value is b._raw_value
