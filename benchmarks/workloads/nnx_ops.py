@@ -246,7 +246,8 @@ WORKLOADS: tuple[Workload, ...] = (
     _workload("nnx-jax-jit-call", "a `jax.jit` call on `nnx.split((model, optimizer))` "
               "(flax's own \"JAX\" mode)",
               "jax.jit flattens the State (Variables are native nodes) and compares the static "
-              "GraphDef; it rebuilds every Variable with flax's Variable._new.", _jax_jit_call),
+              "GraphDef; it rebuilds every Variable with flax's Variable._new.", _jax_jit_call,
+              stateful=True),
     _workload("nnx-jit-tree-mode", "an `nnx.jit(graph=False)` call of the same no-op",
               "Tree mode flattens with jax.tree_util: the model's nodes are read in C.",
               _jit_tree_mode),
