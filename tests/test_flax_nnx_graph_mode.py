@@ -173,6 +173,7 @@ def fallback_child() -> dict:
     another class) and the check must catch it; also flax's function made to differ once."""
     e = nnx_graph_cases._env()
     nnx, jnp, jax, graphlib = e.nnx, e.jnp, e.jax, e.graphlib
+    from fastree import integrations
     from fastree.integrations import flax_nnx_graph
 
     graph = flax_nnx_graph._graph
@@ -239,6 +240,7 @@ def fallback_child() -> dict:
         "others_walked": others[1],
         "status": flax_nnx_graph.status(),
         "key": key(Odd),
+        "class_status": integrations.status(Odd),
     }
 
     # B: flax's function, in the check, returns something else once: that is what is returned.
@@ -342,6 +344,8 @@ def test_a_native_walk_that_differs_gives_flax_result_and_falls_back():
     assert a["again"] == [] and a["again_walked"] is True
     assert a["others"] == [] and a["others_walked"] is False
     assert [key for key, why in a["status"].items() if why != "native"] == [a["key"]]
+    # integrations.status(cls) says it too, after the class's tree-mode status
+    assert a["class_status"].endswith("; graph mode: flax: " + a["status"][a["key"]][6:])
 
 
 def test_the_check_returns_what_flax_function_returned():

@@ -58,7 +58,16 @@ def accelerate() -> list[type]:
 
 
 def status(cls: type) -> str:
-    """How fastree reads ``cls``: natively, still being checked, or by its library (and why)."""
+    """How fastree reads ``cls``: natively, still being checked, or by its library (and why).
+
+    For a flax.nnx class that flax's graph mode walks with its own functions after a difference,
+    ``"; graph mode: flax: <reason>"`` follows (:func:`fastree.integrations.flax_nnx_graph.status`
+    has the whole picture).
+    """
+    return _tree_status(cls) + _graph_status(cls)
+
+
+def _tree_status(cls: type) -> str:
     node = _core.attribute_node(cls)
     if node is None:
         reason = _checked.fallbacks.get(cls)
@@ -66,3 +75,9 @@ def status(cls: type) -> str:
     if node.use_library:
         return f"library: {_checked.fallbacks.get(cls, 'switched by hand')}"
     return "checking" if node.checks_left else "native"
+
+
+def _graph_status(cls: type) -> str:
+    graph = sys.modules.get(f"{__name__}.flax_nnx_graph")
+    reason = graph.fallback_reason(cls) if graph is not None else None
+    return f"; graph mode: flax: {reason}" if reason else ""

@@ -364,6 +364,12 @@ def attach() -> bool:
     return True
 
 
+def fallback_reason(cls: type) -> str | None:
+    """Why flax's graph walks run with flax's own functions for ``cls``, or None."""
+    graph = _graph
+    return None if graph is None else graph.fallbacks.get(cls)
+
+
 def status() -> dict[str, str]:
     """How flax's graph-mode functions run: ``"native"``, or ``"flax: <why>"``, per function;
     and per type left to flax after a difference, why.
