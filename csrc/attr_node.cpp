@@ -1,6 +1,7 @@
 // Attribute nodes: reading, rebuilding, and the Python type that carries a layout (see
 // attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
 #include "attr_node.h"
+
 #include "attr_mapping.h"
 
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "dict_items.h"
 #include "keys.h"
+#include "nnx_graph_variables.h"
 #include "registry.h"
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -390,6 +392,11 @@ PyObject* BuildWith(AttrNode* node, PyObject* aux, PyObject* const* children, Py
     if (!CheckAux(node, aux, n)) return nullptr;
     Ref metadata(PyDict_New());
     if (!metadata || PyDict_MergeFromSeq2(metadata.get(), aux, 1) < 0) return nullptr;
+    if (node->trace_classes != nullptr) {
+        // flax.nnx's Variable._new(value, metadata), natively (one data field: the value).
+        nnx_graph::TraceStates states(node->trace_classes);
+        return nnx_graph::NewVariable(node->cls, children[0], metadata.get(), &states);
+    }
     Ref make(PyObject_GetAttr(node->cls, node->rebuild_with));
     if (!make) return nullptr;
     RefSmallVector<4> args;
@@ -783,6 +790,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_unflatten);
     Py_VISIT(n->trusted_getattribute);
     Py_VISIT(n->rebuild_with);
+    Py_VISIT(n->trace_classes);
     if (n->mapping != nullptr) {
         Py_VISIT(n->mapping->flags_attr);
         Py_VISIT(n->mapping->flags_type);
@@ -821,6 +829,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->regular_aux);
     Py_CLEAR(n->trusted_getattribute);
     Py_CLEAR(n->rebuild_with);
+    Py_CLEAR(n->trace_classes);
     if (n->mapping != nullptr) {
         Py_CLEAR(n->mapping->flags_attr);
         Py_CLEAR(n->mapping->flags_type);
@@ -842,15 +851,16 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                                    "missing",       "extra_fields", "names_as_aux",
                                    "rebuild_order", "post_init",    "trusted_getattribute",
                                    "mapping",       "meta_items",   "key_names",
-                                   "rebuild_with",  nullptr};
+                                   "rebuild_with",  "trace_classes", nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
                           *order = Py_None, *trusted = Py_None, *mapping = Py_None,
-                          *key_names = Py_None, *rebuild_with = Py_None;
+                          *key_names = Py_None, *rebuild_with = Py_None,
+                          *trace_classes = Py_None;
     int names_as_aux = 0, post_init = 0, meta_items = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOO", const_cast<char**>(kwlist),
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOOO", const_cast<char**>(kwlist),
                                      &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
                                      &post_init, &trusted, &mapping, &meta_items, &key_names,
-                                     &rebuild_with)) {
+                                     &rebuild_with, &trace_classes)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -898,6 +908,18 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
             return nullptr;
         }
         n->rebuild_with = Py_NewRef(rebuild_with);
+    }
+    if (trace_classes != Py_None) {
+        if (n->rebuild_with == nullptr || NumData(n) != 1 || !PyTuple_CheckExact(trace_classes) ||
+            PyTuple_GET_SIZE(trace_classes) != 4 ||
+            !PyType_Check(PyTuple_GET_ITEM(trace_classes, 0)) ||
+            !PyType_Check(PyTuple_GET_ITEM(trace_classes, 1))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "attribute node: trace_classes is (TraceState, OpaqueTraceState, "
+                            "current_jax_trace, trace_ctx), with rebuild_with and one data field");
+            return nullptr;
+        }
+        n->trace_classes = Py_NewRef(trace_classes);
     }
     Ref key_source(key_names == Py_None ? Py_NewRef(n->data_fields)
                                         : NameTuple(key_names, "key_names"));
@@ -1054,7 +1076,7 @@ PyTypeObject* CreateType() {
              "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None, "
              "names_as_aux=False, rebuild_order=None, post_init=False, "
              "trusted_getattribute=None, mapping=None, meta_items=False, key_names=None, "
-             "rebuild_with=None)\n"
+             "rebuild_with=None, trace_classes=None)\n"
              "--\n\nThe layout of an attribute node (see "
              "fastree.tree_util.register_attribute_node).")},
         {0, nullptr},

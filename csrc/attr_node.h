@@ -79,6 +79,9 @@ struct AttrNode {
                         // exact dict of exact str keys (flax.nnx's Variable metadata)
     PyObject* rebuild_with;  // or null: a rebuild is getattr(cls, rebuild_with)(*children,
                              // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
+    PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
+                              // Variable._new makes it (nnx_graph_variables.h, NewVariable);
+                              // (TraceState, OpaqueTraceState, current_jax_trace, trace_ctx)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
     bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).

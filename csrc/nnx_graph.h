@@ -83,9 +83,9 @@ enum UnflattenItem : Py_ssize_t {
     kStateAuxes,          // dict: id(treedef) -> (treedef, aux) for PytreeState treedefs
     kLearnStateAux,       // callable(treedef) -> its PytreeState aux (and stores it), or None
     kPytreeStateType,     // pytreelib.PytreeState
-    kTraceStateType,      // tracers.TraceState
-    kOpaqueTraceState,    // the class of tracers.current_jax_trace()'s result
-    kCurrentTrace,        // tracers.current_jax_trace
+    kTraceClasses,        // (tracers.TraceState, the class of tracers.current_jax_trace()'s
+                          // result, tracers.current_jax_trace, jax's trace_ctx or None):
+                          // nnx_graph_variables.h
     kUVariableBase,       // variablelib.Variable
     kStateType,           // statelib.State (update only)
     kUpdateDynamic,       // flax's own graphlib._graph_update_dynamic (update only)

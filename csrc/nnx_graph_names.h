@@ -20,6 +20,8 @@ struct Names {
     PyObject* trace_state;       // Variable._trace_state, PytreeState._trace_state
     PyObject* jax_trace;         // TraceState._jax_trace
     PyObject* trace_ref;         // jax's OpaqueTraceState._trace_ref
+    PyObject* trace;             // jax's trace_ctx.trace
+    PyObject* weakref;           // jax's Trace._weakref
     PyObject* hijax;             // the Variable metadata key "hijax"
     PyObject* initializing;      // PytreeState.initializing (property)
     PyObject* is_setup;          // PytreeState.is_setup (property)
@@ -55,6 +57,8 @@ inline const Names* GetNames() {
         n->trace_state = PyUnicode_InternFromString("_trace_state");
         n->jax_trace = PyUnicode_InternFromString("_jax_trace");
         n->trace_ref = PyUnicode_InternFromString("_trace_ref");
+        n->trace = PyUnicode_InternFromString("trace");
+        n->weakref = PyUnicode_InternFromString("_weakref");
         n->hijax = PyUnicode_InternFromString("hijax");
         n->initializing = PyUnicode_InternFromString("initializing");
         n->is_setup = PyUnicode_InternFromString("is_setup");

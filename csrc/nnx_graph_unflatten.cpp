@@ -222,15 +222,7 @@ class Walk {
         if (!items) return Ref();
         Ref copy(PyDict_Copy(items.get()));
         if (!copy) return Ref();
-        Ref state = vars_.NewTraceState();
-        if (!state) return Ref();
-        Ref obj(attr::NewInstance(cls.get()));
-        if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
-            PyObject_GenericSetAttr(obj.get(), n->var_metadata, copy.get()) < 0 ||
-            PyObject_GenericSetAttr(obj.get(), n->raw_value, value) < 0) {
-            return Ref();
-        }
-        return obj;
+        return Ref(nnx_graph::NewVariable(cls.get(), value, copy.get(), vars_.States()));
     }
 
     // _get_children(): the (key, value) pairs of a NodeDef's attributes.

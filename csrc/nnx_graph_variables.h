@@ -6,16 +6,87 @@
 
 #include <Python.h>
 
+#include "attr_mapping.h"
 #include "nnx_graph.h"
 #include "nnx_graph_names.h"
 #include "pyutils.h"
 
 namespace fastree::nnx_graph {
 
+// Makes flax's TraceState objects: tracers.TraceState() is a new object around jax's opaque trace
+// state of the current trace (tracers.current_jax_trace(): a new OpaqueTraceState around the
+// trace's weakref). `classes` is (TraceState, the OpaqueTraceState class, current_jax_trace,
+// jax's trace_ctx or None), borrowed from a holder that outlives this. The current trace is asked of jax once per
+// TraceStates: a walk's lifetime, or one rebuild.
+class TraceStates {
+ public:
+    explicit TraceStates(PyObject* classes) : classes_(classes) {}
+
+    Ref New() {
+        const Names* n = GetNames();
+        if (!Current()) return Ref();
+        if (!trace_ref_) return Ref(PyObject_CallNoArgs(TraceStateType()));
+        Ref opaque(NewRecord(OpaqueType(), {{n->trace_ref, trace_ref_.get()}}));
+        if (!opaque) return Ref();
+        return Ref(NewRecord(TraceStateType(), {{n->jax_trace, opaque.get()}}));
+    }
+
+    // The current trace's weakref, asked of jax once. False with an error set if asking failed;
+    // true with TraceRef() null if the answer is not of the class the Python side saw at attach
+    // (callers then use flax's own functions).
+    bool Current() {
+        if (trace_ref_ || asked_) return true;
+        asked_ = true;
+        PyObject* trace_ctx = PyTuple_GET_ITEM(classes_, 3);
+        if (trace_ctx != Py_None) {
+            // get_opaque_trace_state()'s own reads: trace_ctx.trace._weakref (the Python side
+            // checked at attach that this is what it does); a missing trace asks jax's function,
+            // which says so as it does.
+            Ref trace(PyObject_GetAttr(trace_ctx, GetNames()->trace));
+            if (!trace) return false;
+            if (trace.get() != Py_None) {
+                trace_ref_ = Ref(PyObject_GetAttr(trace.get(), GetNames()->weakref));
+                return static_cast<bool>(trace_ref_);
+            }
+        }
+        Ref current(PyObject_CallNoArgs(PyTuple_GET_ITEM(classes_, 2)));
+        if (!current) return false;
+        if (Py_TYPE(current.get()) != reinterpret_cast<PyTypeObject*>(OpaqueType())) return true;
+        trace_ref_ = Ref(PyObject_GetAttr(current.get(), GetNames()->trace_ref));
+        return static_cast<bool>(trace_ref_);
+    }
+
+    PyObject* TraceRef() const { return trace_ref_.get(); }
+    PyObject* TraceStateType() const { return PyTuple_GET_ITEM(classes_, 0); }
+    PyObject* OpaqueType() const { return PyTuple_GET_ITEM(classes_, 1); }
+
+ private:
+    PyObject* const classes_;
+    Ref trace_ref_;
+    bool asked_ = false;
+};
+
+// cls._new(value, metadata) for a plain Variable class (its own _new is Variable's): object.__new__
+// (cls), then a new TraceState, the metadata dict and the raw value, set as object.__setattr__
+// sets them. A new reference, or null with an error set.
+inline PyObject* NewVariable(PyObject* cls, PyObject* value, PyObject* metadata,
+                             TraceStates* states) {
+    const Names* n = GetNames();
+    Ref state = states->New();
+    if (!state) return nullptr;
+    Ref obj(attr::NewInstance(cls));
+    if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
+        PyObject_GenericSetAttr(obj.get(), n->var_metadata, metadata) < 0 ||
+        PyObject_GenericSetAttr(obj.get(), n->raw_value, value) < 0) {
+        return nullptr;
+    }
+    return obj.release();
+}
+
 class VariableOps {
  public:
     // `context` is the unflatten context tuple (UnflattenItem), held by the caller.
-    explicit VariableOps(PyObject* context) : ctx_(context) {}
+    explicit VariableOps(PyObject* context) : ctx_(context), states_(TraceClasses(context)) {}
 
     // The table entry (kind, impl, type) of a leaf type (the flatten table), asking the Python
     // side on a miss.
@@ -46,16 +117,8 @@ class VariableOps {
         return KindOf(entry.get()) == kVariable ? 1 : 0;
     }
 
-    // A new tracers.TraceState(): jax's opaque trace state of the current trace, as
-    // tracers.current_jax_trace() makes it (a new object around the trace's weakref).
-    Ref NewTraceState() {
-        const Names* n = GetNames();
-        if (!CurrentTrace()) return Ref();
-        if (!trace_ref_) return Ref(PyObject_CallNoArgs(Item(kTraceStateType)));
-        Ref opaque(NewRecord(Item(kOpaqueTraceState), {{n->trace_ref, trace_ref_.get()}}));
-        if (!opaque) return Ref();
-        return Ref(NewRecord(Item(kTraceStateType), {{n->jax_trace, opaque.get()}}));
-    }
+    Ref NewTraceState() { return states_.New(); }
+    TraceStates* States() { return &states_; }
 
     // variable.set_raw_value(value) (from_state false) or variable.update_from_state(value)
     // (true), natively for a plain Variable class, else by the Variable's own method.
@@ -87,19 +150,9 @@ class VariableOps {
  private:
     PyObject* Item(Py_ssize_t i) const { return PyTuple_GET_ITEM(ctx_, i); }
 
-    // The current trace's weakref, asked of jax once (tracers.current_jax_trace()). False with
-    // an error set if asking failed; true with trace_ref_ unset if the answer is not of the class
-    // the Python side saw at attach (callers then use flax's own functions).
-    bool CurrentTrace() {
-        if (trace_ref_ || asked_) return true;
-        asked_ = true;
-        Ref current(PyObject_CallNoArgs(Item(kCurrentTrace)));
-        if (!current) return false;
-        if (Py_TYPE(current.get()) != reinterpret_cast<PyTypeObject*>(Item(kOpaqueTraceState))) {
-            return true;
-        }
-        trace_ref_ = Ref(PyObject_GetAttr(current.get(), GetNames()->trace_ref));
-        return static_cast<bool>(trace_ref_);
+    // (TraceState, OpaqueTraceState, current_jax_trace): the context's kTraceClasses item.
+    static PyObject* TraceClasses(PyObject* context) {
+        return PyTuple_GET_ITEM(context, kTraceClasses);
     }
 
     // Variable._check_can_update(): a hijax Variable, or one made in the current trace, may be
@@ -107,8 +160,8 @@ class VariableOps {
     // otherwise flax's own method decides (and raises its TraceContextError).
     bool CheckCanUpdate(PyObject* variable) {
         const Names* n = GetNames();
-        if (!CurrentTrace()) return false;
-        const int same = trace_ref_ ? SameTrace(variable) : 0;
+        if (!states_.Current()) return false;
+        const int same = states_.TraceRef() ? SameTrace(variable) : 0;
         if (same != 0) return same > 0;
         Ref checked(PyObject_CallMethodNoArgs(variable, n->check_can_update));
         return static_cast<bool>(checked);
@@ -119,12 +172,13 @@ class VariableOps {
         const Names* n = GetNames();
         Ref state(PyObject_GetAttr(variable, n->trace_state));
         bool same = false;
-        if (state && Py_TYPE(state.get()) == reinterpret_cast<PyTypeObject*>(Item(kTraceStateType))) {
+        if (state &&
+            Py_TYPE(state.get()) == reinterpret_cast<PyTypeObject*>(states_.TraceStateType())) {
             Ref opaque(PyObject_GetAttr(state.get(), n->jax_trace));
             if (opaque &&
-                Py_TYPE(opaque.get()) == reinterpret_cast<PyTypeObject*>(Item(kOpaqueTraceState))) {
+                Py_TYPE(opaque.get()) == reinterpret_cast<PyTypeObject*>(states_.OpaqueType())) {
                 Ref ref(PyObject_GetAttr(opaque.get(), n->trace_ref));
-                same = ref && ref.get() == trace_ref_.get();
+                same = ref && ref.get() == states_.TraceRef();
             }
         }
         if (same) return 1;
@@ -137,8 +191,7 @@ class VariableOps {
     }
 
     PyObject* const ctx_;  // borrowed: the caller holds the context for the walk
-    Ref trace_ref_;
-    bool asked_ = false;
+    TraceStates states_;
 };
 
 }  // namespace fastree::nnx_graph

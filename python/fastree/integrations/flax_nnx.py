@@ -25,6 +25,7 @@ Nothing here imports flax: the registration hook calls :func:`native_node` only 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from typing import Any
 
@@ -36,6 +37,7 @@ KNOWN_VERSIONS = ((0, 12, 0), (0, 13, 0))
 _PYTREE_MODULE = "flax.nnx.pytreelib"
 _VARIABLE_MODULE = "flax.nnx.variablelib"
 _TYPING_MODULE = "flax.typing"
+_TRACERS_MODULE = "flax.nnx.tracers"
 
 
 def known_version() -> bool:
@@ -96,12 +98,33 @@ def _variable_node(cls: type, flatten_with_keys: Any, unflatten: Any,
         meta_items=True,
         key_names=("value",),
         rebuild_with="_new",
+        trace_classes=_native_new(cls),
     )
     # A rebuild runs flax's own Variable._new (as flax's unflatten does), which makes a new trace
     # state each time, from a new metadata dict: both compared by content, not identity.
     _checked.attach(node, flatten, flatten_with_keys, unflatten,
                     fresh=("_trace_state", "_var_metadata"))
     return node
+
+
+def _native_new(cls: type) -> tuple[Any, Any, Any, Any] | None:
+    # Variable._new made in C (a new TraceState, the metadata, the value: what _new sets, in its
+    # order) for a class whose _new and TraceState are flax's own; None keeps flax's _new.
+    variablelib = sys.modules.get(_VARIABLE_MODULE)
+    tracers = sys.modules.get(_TRACERS_MODULE)
+    variable = getattr(variablelib, "Variable", None)
+    trace_state = getattr(tracers, "TraceState", None)
+    if variable is None or trace_state is None:
+        return None
+    own = inspect.getattr_static(cls, "_new", None)
+    if own is not inspect.getattr_static(variable, "_new", None) or not isinstance(own,
+                                                                                   classmethod):
+        return None
+    if getattr(trace_state, "__slots__", None) != ["_jax_trace"]:
+        return None
+    from . import flax_nnx_graph
+
+    return flax_nnx_graph.trace_classes(tracers)
 
 
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:

@@ -119,7 +119,8 @@ class _Graph:
             {},
             {},
         )
-        opaque_trace = type(tracers.current_jax_trace())
+        # What a new tracers.TraceState() is made of (csrc/nnx_graph_variables.h, TraceStates).
+        self.trace_classes = trace_classes(tracers)
         # id(treedef) -> (treedef, aux) for the treedefs of lone PytreeStates (learn_state_aux).
         self.state_auxes: dict[int, tuple[Any, Any]] = {}
         self.pytree_state_unflatten = getattr(pytreelib, "_unflatten_pytree_state", None)
@@ -139,9 +140,7 @@ class _Graph:
             self.state_auxes,
             self.learn_state_aux,
             pytreelib.PytreeState,
-            tracers.TraceState,
-            opaque_trace,
-            tracers.current_jax_trace,
+            self.trace_classes,
             self.variable,
             sys.modules["flax.nnx.statelib"].State,
             self.flax_update,
@@ -314,6 +313,19 @@ class _Graph:
 
 
 _graph: _Graph | None = None
+
+
+def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
+    """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, jax's
+    trace_ctx or None) of flax.nnx's ``tracers`` module: what the C code needs to make a
+    ``TraceState()`` as flax does (csrc/nnx_graph_variables.h). jax's trace context is given only
+    where flax's current_jax_trace is jax's get_opaque_trace_state and that reads it plainly:
+    the C code then reads the current trace's weakref from it instead of calling both."""
+    current = tracers.current_jax_trace
+    trace_ctx = _jax_compat.opaque_trace_context()
+    if "get_opaque_trace_state" not in getattr(getattr(current, "__code__", None), "co_names", ()):
+        trace_ctx = None
+    return (tracers.TraceState, type(current()), current, trace_ctx)
 
 
 def _records_known(graphlib: Any) -> bool:

@@ -247,6 +247,27 @@ def _never_ref_array_types() -> tuple[type, ...]:
     return tuple(found)
 
 
+def opaque_trace_context() -> Any | None:
+    """jax's ``trace_ctx``, where ``get_opaque_trace_state()`` is
+    ``OpaqueTraceState(trace_ctx.trace._weakref)`` (so C code can read the current trace's
+    weakref directly: fastree.integrations.flax_nnx_graph), checked on a call; else None."""
+    core = importlib.import_module("jax._src.core")
+    trace_ctx = getattr(core, "trace_ctx", None)
+    opaque_cls = getattr(core, "OpaqueTraceState", None)
+    public = getattr(importlib.import_module("jax.extend.core"), "get_opaque_trace_state", None)
+    if trace_ctx is None or opaque_cls is None or public is not core.get_opaque_trace_state:
+        return None
+    try:
+        made = public()
+        trace = trace_ctx.trace
+        expected = {"_trace_ref": trace._weakref}
+    except Exception:  # noqa: BLE001 - another jax: the C code asks jax's function instead
+        return None
+    if type(made) is not opaque_cls or vars(made) != expected:
+        return None
+    return trace_ctx
+
+
 NEVER_REF_ARRAY_TYPES = _never_ref_array_types()
 """jax.Array classes that are never array refs (for fastree.integrations.flax_nnx_graph)."""
 

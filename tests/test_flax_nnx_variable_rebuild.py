@@ -1,0 +1,125 @@
+"""flax.nnx Variables rebuilt in C (tree mode): what flax's own ``Variable._new`` makes.
+
+Installed before flax, a Variable class's attribute node rebuilds an instance in C
+(``trace_classes``: csrc/nnx_graph_variables.h, NewVariable) instead of calling ``cls._new``. The
+rebuilt Variable must hold what ``_new`` gives it: a new ``TraceState`` of the *current* trace
+(inside ``jax.jit`` that is the jit's trace, so the Variable may be updated there and not outside
+it), the metadata dict, the value. Child processes run the same program plainly and installed;
+the plain run is flax's own code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fastree import _core
+
+_PROGRAM = r"""
+import json, sys
+import jax, jax.numpy as jnp
+from flax import nnx
+from flax.nnx import tracers
+
+out = {}
+v = nnx.Param(jnp.arange(3.0), tag="t", note=("a", 1))
+w = jax.tree_util.tree_map(lambda x: x + 1, v)
+out["type"] = type(w).__name__
+out["value"] = [float(x) for x in w[...]]
+out["metadata"] = sorted((k, repr(x)) for k, x in w.get_metadata().items())
+out["fresh_metadata"] = w._var_metadata is not v._var_metadata
+out["fresh_trace_state"] = w._trace_state is not v._trace_state
+out["trace_state_equal"] = w._trace_state == tracers.TraceState()
+out["slots"] = sorted(n for n in ("_raw_value", "_trace_state", "_var_metadata") if hasattr(w, n))
+
+@jax.jit
+def inside(v):
+    u = jax.tree_util.tree_map(lambda x: x * 2, v)
+    ok = u._trace_state.is_valid()   # made in this trace: it may be updated here
+    u[...] = u[...] + 1
+    return u, ok
+
+u, ok = inside(v)
+out["inside_valid"] = bool(ok)
+out["inside_value"] = [float(x) for x in u[...]]
+
+leaked = []
+@jax.jit
+def leak(v):
+    u = jax.tree_util.tree_map(lambda x: x, v)
+    leaked.append(u)
+    return u[...]
+
+leak(v)
+try:
+    leaked[0][...] = jnp.zeros(3)   # made in the jit's trace: not from outside it
+    out["outside_update"] = "allowed"
+except Exception as error:
+    out["outside_update"] = type(error).__name__
+
+model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+leaves, treedef = jax.tree_util.tree_flatten(model)
+again = jax.tree_util.tree_unflatten(treedef, leaves)
+out["model"] = [type(again.kernel).__name__, again.kernel._trace_state == tracers.TraceState()]
+if len(sys.argv) > 1:
+    from fastree import integrations
+    out["status"] = integrations.status(nnx.Param)
+print(json.dumps(out))
+"""
+
+
+def _flax_known() -> bool:
+    if importlib.util.find_spec("flax") is None:
+        return False
+    from fastree.integrations import flax_nnx
+
+    return flax_nnx.known_version()
+
+
+pytestmark = pytest.mark.skipif(
+    not _flax_known(), reason="flax is absent or not a version the integration reproduces"
+)
+
+
+def _run(installed: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+    # Installed before flax is imported, as `python -m fastree.run` installs it.
+    code = _PROGRAM if not installed else "import fastree; fastree.install()\n" + _PROGRAM
+    args = [sys.executable, "-c", code, *(["status"] if installed else [])]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_rebuilt_variables_are_what_flax_makes():
+    plain, installed = _run(False), _run(True)
+    status = installed.pop("status")
+    assert installed == plain
+    # and installed, the class was read natively (so the C rebuild made them)
+    assert status == "native", status
+    assert plain["inside_valid"] is True
+    assert plain["outside_update"] != "allowed"
+
+
+def test_trace_classes_is_checked():
+    class Holder:
+        __slots__ = ("_raw_value", "_var_metadata")
+
+    good = (type, type, len, None)
+    with pytest.raises(TypeError, match="trace_classes"):
+        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
+                       trace_classes=good)  # no rebuild_with
+    with pytest.raises(TypeError, match="trace_classes"):
+        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
+                       rebuild_with="_new", trace_classes=(type, type, len))
+    with pytest.raises(TypeError, match="trace_classes"):
+        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
+                       rebuild_with="_new", trace_classes=(1, type, len, None))
+    node = _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
+                          rebuild_with="_new", trace_classes=good)
+    assert node is not None
