@@ -112,14 +112,33 @@ def test_trace_classes_is_checked():
 
     good = (type, type, len, None)
     with pytest.raises(TypeError, match="trace_classes"):
-        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
-                       trace_classes=good)  # no rebuild_with
+        _core.AttrNode(
+            Holder, ("_raw_value",), ("_var_metadata",), meta_items=True, trace_classes=good
+        )  # no rebuild_with
     with pytest.raises(TypeError, match="trace_classes"):
-        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
-                       rebuild_with="_new", trace_classes=(type, type, len))
+        _core.AttrNode(
+            Holder,
+            ("_raw_value",),
+            ("_var_metadata",),
+            meta_items=True,
+            rebuild_with="_new",
+            trace_classes=(type, type, len),
+        )
     with pytest.raises(TypeError, match="trace_classes"):
-        _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
-                       rebuild_with="_new", trace_classes=(1, type, len, None))
-    node = _core.AttrNode(Holder, ("_raw_value",), ("_var_metadata",), meta_items=True,
-                          rebuild_with="_new", trace_classes=good)
+        _core.AttrNode(
+            Holder,
+            ("_raw_value",),
+            ("_var_metadata",),
+            meta_items=True,
+            rebuild_with="_new",
+            trace_classes=(1, type, len, None),
+        )
+    node = _core.AttrNode(
+        Holder,
+        ("_raw_value",),
+        ("_var_metadata",),
+        meta_items=True,
+        rebuild_with="_new",
+        trace_classes=good,
+    )
     assert node is not None
