@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import _core
 from ..jax_interop import compat as _jax_compat
+from . import _flax_nnx_graph_compare as _compare
 from . import flax_nnx
 
 _GRAPHLIB = "flax.nnx.graphlib"
@@ -103,6 +104,10 @@ class _Graph:
         self.verified_nodes: set[type] = set()
         # Types left to flax after a difference: type -> reason.
         self.fallbacks: dict[type, str] = {}
+        # (initializing, is_setup) -> the IndexesPytreeDef flax made for a PytreeState with them.
+        self.state_treedefs: dict[tuple[Any, Any], Any] = {}
+        # GraphDef records made before, by their fields' identities (nnx_graph_flatten.cpp).
+        self.records: dict[tuple[Any, ...], Any] = {}
         self.context = (
             self.kinds,
             self.classify,
@@ -116,8 +121,8 @@ class _Graph:
             graphlib.DataElem,
             graphlib.StaticElem,
             graphlib.IndexesPytreeDef,
-            {},
-            {},
+            self.state_treedefs,
+            self.records,
         )
         # What a new tracers.TraceState() is made of (csrc/nnx_graph_variables.h, TraceStates).
         self.trace_classes = trace_classes(tracers)
@@ -465,8 +470,8 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, 
         theirs = graph.flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
                                     ref_outer_index=ref_outer_index, graph=True)
         ours_map = {**ref_index._mapping, **added}
-        why = (_difference(out, theirs, with_paths)
-               or _map_difference(ours_map, theirs_map._mapping))
+        why = (_compare.difference(out, theirs, with_paths)
+               or _compare.map_difference(ours_map, theirs_map._mapping))
     except BaseException:
         graph.forget_pending()  # nothing compared: the types are checked when next met
         raise
@@ -483,86 +488,9 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, 
     return theirs
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    # Identity, or equal ints and strs (indexes and keys flax makes anew); never == on
-    # anything else (an array would raise).
-    if a is b:
-        return True
-    return type(a) is type(b) and type(a) in (int, str) and a == b
 
 
-def _equal(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - an == that raises is a difference, not an error
-        return False
 
-
-def _same_record(a: Any, b: Any) -> bool:
-    # The same record class, with each field the same value (HashableMapping: the same items).
-    if type(a) is not type(b):
-        return False
-    if not dataclasses.is_dataclass(a):
-        return _same_value(a, b)
-    hashable_mapping = sys.modules["flax.typing"].HashableMapping
-    for field in dataclasses.fields(a):
-        x, y = getattr(a, field.name), getattr(b, field.name)
-        if type(x) is hashable_mapping and type(y) is hashable_mapping:
-            x, y = x._mapping, y._mapping
-            if list(x) != list(y) or not all(_same_value(x[k], y[k]) for k in x):
-                return False
-        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-            if not _same_record(x, y):
-                return False
-        elif field.name == "metadata":
-            # A node impl's flatten makes its metadata anew (the generic pytree impl: a
-            # treedef and an index map); flax's GraphDef equality compares it with ==.
-            if not _equal(x, y):
-                return False
-        elif not _same_value(x, y):
-            return False
-    return True
-
-
-def _difference(ours: Any, theirs: Any, with_paths: bool) -> str | None:
-    ours_def, ours_state = ours
-    theirs_def, theirs_state = theirs
-    if len(ours_def.nodes) != len(theirs_def.nodes) or not all(
-        _same_record(a, b) for a, b in zip(ours_def.nodes, theirs_def.nodes)
-    ):
-        return "the GraphDef's node records differ"
-    if len(ours_def.attributes) != len(theirs_def.attributes) or not all(
-        _same_value(ka, kb) and _same_record(a, b)
-        for (ka, a), (kb, b) in zip(ours_def.attributes, theirs_def.attributes)
-    ):
-        return "the GraphDef's attributes differ"
-    if ours_def.num_leaves != theirs_def.num_leaves:
-        return "the number of leaves differs"
-    ours_leaves = ours_state.leaves if with_paths else ours_state
-    theirs_leaves = theirs_state.leaves if with_paths else theirs_state
-    if len(ours_leaves) != len(theirs_leaves) or not all(
-        a is b for a, b in zip(ours_leaves, theirs_leaves)
-    ):
-        return "the leaves differ"
-    if with_paths and (
-        len(ours_state.paths) != len(theirs_state.paths)
-        or not all(
-            len(p) == len(q) and all(_same_value(x, y) for x, y in zip(p, q))
-            for p, q in zip(ours_state.paths, theirs_state.paths)
-        )
-    ):
-        return "the paths differ"
-    return None
-
-
-def _map_difference(ours: dict[int, Any], theirs: dict[int, Any]) -> str | None:
-    if list(ours) != list(theirs) or not all(
-        ours[k][0] is theirs[k][0] and _same_value(ours[k][1], theirs[k][1]) for k in ours
-    ):
-        return "the reference map differs"
-    return None
 
 
 def _make_unflatten(graph: _Graph) -> Any:
@@ -641,8 +569,8 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
     try:
         theirs = graph.flax_unflatten(graphdef, state, index_ref=theirs_map,
                                       recreate_variables=recreate_variables)
-        why = (_rebuilt_difference(graph, ours[0], theirs)
-               or _index_difference(ours_map, theirs_map))
+        why = (_compare.rebuilt_difference(graph, ours[0], theirs)
+               or _compare.index_difference(ours_map, theirs_map))
     except Exception:  # noqa: BLE001 - no comparison: this call is flax's, nothing is decided
         graph.forget_pending()
         return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
@@ -673,40 +601,7 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
     return result[0]
 
 
-def _same_leaf(graph: _Graph, a: Any, b: Any) -> bool:
-    # The same object, or Variables of a plain class rebuilt alike: class, raw value, metadata,
-    # trace state.
-    if a is b:
-        return True
-    if type(a) is not type(b) or graph.kinds.get(type(a), (None,))[0] != VARIABLE:
-        return False
-    return (
-        a._raw_value is b._raw_value
-        and _equal(a._var_metadata, b._var_metadata)
-        and _equal(a._trace_state, b._trace_state)
-    )
 
-
-def _rebuilt_difference(graph: _Graph, ours: Any, theirs: Any) -> str | None:
-    # Two rebuilt graphs compared through flax's own flatten of each.
-    fresh = graph.graphlib.PythonRefMap
-    ours_def, ours_state = graph.flax_flatten(ours, ref_index=fresh(), graph=True)
-    theirs_def, theirs_state = graph.flax_flatten(theirs, ref_index=fresh(), graph=True)
-    if type(ours) is not type(theirs):
-        return "the rebuilt node's class differs"
-    if not _equal(ours_def, theirs_def):
-        return "the rebuilt graph differs"
-    if len(ours_state.leaves) != len(theirs_state.leaves) or not all(
-        _same_leaf(graph, a, b) for a, b in zip(ours_state.leaves, theirs_state.leaves)
-    ):
-        return "the rebuilt leaves differ"
-    return None
-
-
-def _index_difference(ours: dict[Any, Any], theirs: dict[Any, Any]) -> str | None:
-    if list(ours) != list(theirs) or not all(type(ours[k]) is type(theirs[k]) for k in ours):
-        return "the index map differs"
-    return None
 
 
 def _make_update(graph: _Graph) -> Any:
@@ -756,7 +651,7 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
     if errors[0] is not errors[1]:
         why = "the update raises differently"
     elif errors[0] is None:
-        why = _rebuilt_difference(graph, ours, theirs)
+        why = _compare.rebuilt_difference(graph, ours, theirs)
     if why is None:
         graph.verified_updates.add(root)
         return True
