@@ -12,7 +12,12 @@ import dataclasses
 import sys
 from typing import Any
 
-VARIABLE = 2  # csrc/nnx_graph.h, Kind::kVariable
+VARIABLE, UNSERVED = 2, 10  # csrc/nnx_graph.h, Kind
+
+
+class Undecidable(Exception):
+    """The two results hold objects no comparison can match (tracers a rebuild makes anew):
+    the check decides nothing, and the call is flax's."""
 
 
 
@@ -103,7 +108,10 @@ def same_leaf(graph: Any, a: Any, b: Any) -> bool:
     # trace state.
     if a is b:
         return True
-    if type(a) is not type(b) or graph.kinds.get(type(a), (None,))[0] != VARIABLE:
+    kind = graph.kind_of(type(a))[0]
+    if kind == UNSERVED:
+        raise Undecidable(type(a).__qualname__)
+    if type(a) is not type(b) or kind != VARIABLE:
         return False
     return (
         a._raw_value is b._raw_value

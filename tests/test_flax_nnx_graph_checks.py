@@ -1,0 +1,112 @@
+"""The first-walk checks of flax.nnx graph mode decide only what they can compare.
+
+A check compares a native result with flax's (fastree/integrations/_flax_nnx_graph_compare.py);
+a class goes back to flax's functions only on a real difference. Two programs that once made the
+checks blame a class wrongly (both found by flax's own tests/nnx run installed):
+
+* an ``nnx.update`` inside ``nnx.jit(graph=False)`` of a model holding a Variable subclass the
+  walk had not met (the comparison did not know it as a Variable);
+* a rebuilt graph whose leaves are tracers made anew by each rebuild (nothing to compare: the
+  call is flax's, and nothing is decided).
+
+Each runs plainly and installed in child processes: the same results, and installed, every
+entry of ``flax_nnx_graph.status()`` is ``native``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PROGRAM = r"""
+import json, sys
+import jax, jax.numpy as jnp
+from flax import nnx
+
+class Count(nnx.Variable):
+    pass
+
+class Linear(nnx.Module):
+    def __init__(self, din, dout, *, rngs):
+        self.w = nnx.Param(jax.random.uniform(rngs.params(), (din, dout)))
+        self.b = nnx.Param(jnp.zeros((dout,)))
+        self.count = Count(jnp.array(0))
+
+    def __call__(self, x):
+        self.count[...] = self.count[...] + 1
+        return x @ self.w + self.b[None]
+
+model = Linear(12, 2, rngs=nnx.Rngs(0))
+x = jnp.ones((8, 12))
+y = model(x)
+
+@nnx.jit(graph=False)
+def train_step(model, x, y):
+    def loss_fn(model):
+        return jnp.mean((model(x) - y) ** 2)
+    grads = nnx.grad(loss_fn, graph=False, allow_int=True)(model)
+    params = jax.tree.map(lambda w, g: w - 0.1 * g, nnx.state(model, nnx.Param),
+                          nnx.state(grads, nnx.Param))
+    nnx.update(model, params)
+
+train_step(model, x, y)
+train_step(model, x, y)
+out = {
+    "count": int(model.count[...]),
+    "w": [round(float(v), 5) for v in model.w[...].ravel()[:4]],
+}
+
+# a model split and merged inside jax.jit, its Variables traced by value_and_grad
+model2 = nnx.Linear(2, 3, rngs=nnx.Rngs(1))
+
+@jax.jit
+def loss(x):
+    graphdef, params, rest = nnx.split(model2, nnx.Param, ...)
+    def f(params):
+        m = nnx.merge(graphdef, params, rest)
+        return (m(x) ** 2).mean()
+    return jax.value_and_grad(f)(params)[0]
+
+out["loss"] = round(float(loss(jnp.ones((4, 2)))), 5)
+if len(sys.argv) > 1:
+    from fastree.integrations import flax_nnx_graph
+    out["status"] = flax_nnx_graph.status()
+print(json.dumps(out))
+"""
+
+
+def _flax_known() -> bool:
+    if importlib.util.find_spec("flax") is None:
+        return False
+    from fastree.integrations import flax_nnx
+
+    return flax_nnx.known_version()
+
+
+pytestmark = pytest.mark.skipif(
+    not _flax_known(), reason="flax is absent or not a version the integration reproduces"
+)
+
+
+def _run(installed: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+    # Installed before flax is imported, as `python -m fastree.run` installs it.
+    code = _PROGRAM if not installed else "import fastree; fastree.install()\n" + _PROGRAM
+    args = [sys.executable, "-c", code, *(["status"] if installed else [])]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_checks_blame_no_class_without_a_difference():
+    plain, installed = _run(False), _run(True)
+    status = installed.pop("status")
+    assert installed == plain
+    assert plain["count"] == 3
+    assert status == {"flatten": "native", "unflatten": "native", "update": "native"}, status
