@@ -834,6 +834,35 @@ def test_treedef_equality_error_in_aux_is_jax_value_error(op, make_aux):
     assert error.__cause__ is not None
 
 
+class _ReprMeta(type):
+    def __repr__(cls):  # Python code the error message runs: never with an error pending
+        return "<node type with its own repr>"
+
+
+class _AuxHolderWithMeta(metaclass=_ReprMeta):
+    def __init__(self, aux):
+        self.aux = aux
+
+
+tu.register_pytree_node(
+    _AuxHolderWithMeta, lambda h: ((), h.aux), lambda aux, _: _AuxHolderWithMeta(aux)
+)
+
+
+def test_treedef_equality_error_keeps_its_cause_when_the_type_repr_is_python():
+    # The message names the type by repr(); that repr runs only once the comparison's own error
+    # is set aside (it was once run with it pending: a SystemError, and the cause lost).
+    a = tu.tree_structure(_AuxHolderWithMeta(_EqRaises()))
+    b = tu.tree_structure(_AuxHolderWithMeta(_EqRaises()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastree.AuxDataWarning)
+        with pytest.raises(ValueError, match="metadata fields") as info:
+            _ = a == b
+    cause = info.value.__cause__
+    assert isinstance(cause, RuntimeError) and str(cause) == "ne failed"
+    assert not isinstance(info.value.__context__, SystemError)
+
+
 # ------------------------------------------------------------------------------------------------
 # Hand-made "namedtuples" (a tuple subclass with _fields): JAX's checks on key paths.
 

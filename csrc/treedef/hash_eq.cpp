@@ -102,13 +102,19 @@ int SameData(const NodePayload& x, const NodePayload& y) {
     if (x.data == y.data) return 1;
     int ne = PyObject_RichCompareBool(x.data, y.data, Py_NE);
     if (ne >= 0) return ne == 0 ? 1 : 0;
-    // JAX's explanation, with the comparison's own error as the cause.
+    // JAX's explanation, with the comparison's own error as the cause. That error is set aside
+    // while the message is built: repr() of the type can run Python code (a metaclass __repr__,
+    // the cyclic GC's callbacks), which must not run with an exception pending, and a repr that
+    // fails is cleared, which must not clear the comparison's error.
+    SavedError cause;
+    cause.Save();
     std::string message = "Exception raised while checking equality of metadata fields of pytree";
     if (Texts().aux_equality_names_type && x.custom != nullptr) {
         message += " node of type " + Repr(x.custom->type);
     }
     message += ". Make sure that metadata fields are hashable and have simple equality "
                "semantics. (Note: arrays cannot be passed as metadata fields!)";
+    cause.Restore();
     RaiseFromCurrent(PyExc_ValueError, message.c_str());
     return -1;
 }
