@@ -60,26 +60,9 @@ class Walk {
     }
 
  private:
-    // The table entry (kind, impl, impl.type) of `type`, asking the Python side on a miss.
+    // The table entry (kind, impl, impl.type) of `type`.
     Ref Entry(PyTypeObject* type) {
-        PyObject* key = reinterpret_cast<PyObject*>(type);
-        // A new reference at once: the table is a dict the classifier (Python) writes to.
-        Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kKinds], key));
-        if (!entry) {
-            if (PyErr_Occurred()) return Ref();
-            entry = Ref(PyObject_CallOneArg(ctx_[kClassify], key));
-            if (!entry) return Ref();
-        }
-        if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
-            PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
-            return Ref();
-        }
-        return entry;
-    }
-
-    static int KindOf(PyObject* entry) {
-        return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+        return KindEntry(ctx_[kKinds], ctx_[kClassify], reinterpret_cast<PyObject*>(type));
     }
 
     static bool IsGraphKind(int kind) { return kind == kNnxPytree || kind == kGraphNode; }

@@ -81,7 +81,7 @@ class Gather {
         // array never is; any other type is asked, and a Mapping of another kind is not served.
         Ref entry = vars_.LeafEntry(Py_TYPE(value));
         if (!entry) return kFailed;
-        const int kind = VariableOps::KindOf(entry.get());
+        const int kind = KindOf(entry.get());
         if (kind != kVariable && kind != kArrayLeaf) {
             const int is = PyObject_IsInstance(value, Item(kMappingAbc));
             if (is < 0) return kFailed;

@@ -1,11 +1,13 @@
-// The attribute names flax's graph walk reads and sets (nnx_graph_flatten.cpp,
-// nnx_graph_unflatten.cpp), interned once for the module's lifetime.
+// What every nnx graph walk (nnx_graph_*.cpp) shares: the attribute names flax's walks read and
+// set, interned once for the module's lifetime; the record constructor; the kind tables' lookup.
 #pragma once
 
 #include <Python.h>
 
 #include <initializer_list>
 #include <utility>
+
+#include "pyutils.h"
 
 namespace fastree::nnx_graph {
 
@@ -88,5 +90,28 @@ inline const Names* GetNames() {
 // dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order. A new
 // reference, or null with an error set.
 PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields);
+
+// The entry (kind, impl, impl.type) of `key` (a type) in a kind table (a dict the Python side's
+// `classify` fills), asking `classify` on a miss. Null with an error set.
+inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
+    // A new reference at once: the table is a dict the classifier (Python) writes to.
+    Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
+    if (!entry) {
+        if (PyErr_Occurred()) return Ref();
+        entry = Ref(PyObject_CallOneArg(classify, key));
+        if (!entry) return Ref();
+    }
+    if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
+        PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
+        return Ref();
+    }
+    return entry;
+}
+
+// The kind of a KindEntry result.
+inline int KindOf(PyObject* entry) {
+    return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+}
 
 }  // namespace fastree::nnx_graph

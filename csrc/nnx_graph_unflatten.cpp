@@ -131,27 +131,8 @@ class Walk {
  private:
     PyTypeObject* Cls(Py_ssize_t item) const { return reinterpret_cast<PyTypeObject*>(ctx_[item]); }
 
-    static int KindOf(PyObject* entry) {
-        return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
-    }
-
-    // A table entry (kind, impl, type), asking the Python side on a miss.
-    Ref TableEntry(PyObject* table, PyObject* classify, PyObject* key) {
-        Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
-        if (!entry) {
-            if (PyErr_Occurred()) return Ref();
-            entry = Ref(PyObject_CallOneArg(classify, key));
-            if (!entry) return Ref();
-        }
-        if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
-            PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
-            return Ref();
-        }
-        return entry;
-    }
     Ref NodeEntry(PyObject* type) {
-        return TableEntry(ctx_[kNodeKinds], ctx_[kClassifyNodeType], type);
+        return KindEntry(ctx_[kNodeKinds], ctx_[kClassifyNodeType], type);
     }
 
     // next(iterator) over one of the lists; StopIteration at the end, as flax's next() raises.

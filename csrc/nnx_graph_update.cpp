@@ -42,7 +42,7 @@ class Walk {
     bool NodeAt(PyObject* node, const StateView& state) {
         Ref entry = vars_.LeafEntry(Py_TYPE(node));
         if (!entry) return false;
-        const int kind = VariableOps::KindOf(entry.get());
+        const int kind = KindOf(entry.get());
         PyObject* items = RawItems(state);
         if (items == nullptr && PyErr_Occurred()) return false;
         if (items == nullptr || !(kind == kNnxPytree || (kind >= kList && kind <= kDict))) {
@@ -151,7 +151,7 @@ class Walk {
         if (!current) return PyErr_Occurred() ? false : FlaxKey(node, key, value);
         Ref entry = vars_.LeafEntry(Py_TYPE(current.get()));
         if (!entry) return false;
-        const int kind = VariableOps::KindOf(entry.get());
+        const int kind = KindOf(entry.get());
         const bool value_is_mapping =
             value.wrapped || PyDict_CheckExact(value.obj.get()) ||
             Py_TYPE(value.obj.get()) == reinterpret_cast<PyTypeObject*>(Item(kStateType));
@@ -168,14 +168,14 @@ class Walk {
         // set_raw_value(value) for an array (never a ref), onto a raw value that is no ref.
         Ref value_entry = vars_.LeafEntry(Py_TYPE(value.obj.get()));
         if (!value_entry) return false;
-        if (value.wrapped || VariableOps::KindOf(value_entry.get()) != kArrayLeaf) {
+        if (value.wrapped || KindOf(value_entry.get()) != kArrayLeaf) {
             return FlaxKey(node, key, value);
         }
         Ref raw(PyObject_GetAttr(current.get(), GetNames()->raw_value));
         if (!raw) return false;
         Ref raw_entry = vars_.LeafEntry(Py_TYPE(raw.get()));
         if (!raw_entry) return false;
-        if (VariableOps::KindOf(raw_entry.get()) == kUnserved) return FlaxKey(node, key, value);
+        if (KindOf(raw_entry.get()) == kUnserved) return FlaxKey(node, key, value);
         return vars_.Update(current.get(), value.obj.get(), false);
     }
 

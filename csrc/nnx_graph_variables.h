@@ -88,26 +88,9 @@ class VariableOps {
     // `context` is the unflatten context tuple (UnflattenItem), held by the caller.
     explicit VariableOps(PyObject* context) : ctx_(context), states_(TraceClasses(context)) {}
 
-    // The table entry (kind, impl, type) of a leaf type (the flatten table), asking the Python
-    // side on a miss.
+    // The table entry (kind, impl, type) of a leaf type (the flatten table).
     Ref LeafEntry(PyTypeObject* type) const {
-        PyObject* key = reinterpret_cast<PyObject*>(type);
-        Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(Item(kLeafKinds), key));
-        if (!entry) {
-            if (PyErr_Occurred()) return Ref();
-            entry = Ref(PyObject_CallOneArg(Item(kClassifyLeaf), key));
-            if (!entry) return Ref();
-        }
-        if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
-            PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
-            return Ref();
-        }
-        return entry;
-    }
-
-    static int KindOf(PyObject* entry) {
-        return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+        return KindEntry(Item(kLeafKinds), Item(kClassifyLeaf), reinterpret_cast<PyObject*>(type));
     }
 
     // 1 if `value`'s type is a plain Variable class (kVariable), 0 if not, -1 on error.
