@@ -127,18 +127,39 @@ def requires_jax(*names: str):
     )
 
 
-def skip_unless_integration_knows(library: str) -> None:
+def skip_unless_integration_knows(library: str, integration_name: str | None = None) -> None:
     """Skips (the test, or at import the whole module) unless ``library`` is installed in a
-    version whose node layout fastree's integration reproduces (fastree.integrations.<library>):
-    other versions keep the library's own functions, and the tests' expectations do not hold."""
+    version whose node layout fastree's integration reproduces (fastree.integrations.<library>,
+    or ``integration_name`` where it is named otherwise: flax's is ``flax_nnx``): other versions
+    keep the library's own functions, and the tests' expectations do not hold."""
     pytest.importorskip(library)
-    integration = importlib.import_module(f"fastree.integrations.{library}")
+    integration = importlib.import_module(
+        f"fastree.integrations.{integration_name or library}"
+    )
     if not integration.known_version():
         pytest.skip(
             f"the installed {library} is not a version the integration reproduces "
             f"({integration.KNOWN_VERSIONS}): its classes stay {library}'s",
             allow_module_level=True,
         )
+
+
+def run_json_program(program: str, installed: bool, *args: str) -> Any:
+    """Runs ``program`` in a child process, plainly or with fastree installed into JAX before
+    anything else is imported (as ``python -m fastree.run`` installs it), with no FASTREE_*
+    setting inherited; returns its last line of output, read as JSON."""
+    import json
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+    code = "import fastree; fastree.install()\n" + program if installed else program
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 # ------------------------------------------------------------------------------------------------

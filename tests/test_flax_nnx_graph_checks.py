@@ -15,13 +15,7 @@ entry of ``flax_nnx_graph.status()`` is ``native``.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-
-import pytest
+from helpers import run_json_program, skip_unless_integration_knows
 
 _PROGRAM = r"""
 import json, sys
@@ -80,28 +74,11 @@ print(json.dumps(out))
 """
 
 
-def _flax_known() -> bool:
-    if importlib.util.find_spec("flax") is None:
-        return False
-    from fastree.integrations import flax_nnx
-
-    return flax_nnx.known_version()
-
-
-pytestmark = pytest.mark.skipif(
-    not _flax_known(), reason="flax is absent or not a version the integration reproduces"
-)
+skip_unless_integration_knows("flax", "flax_nnx")
 
 
 def _run(installed: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
-    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
-    # Installed before flax is imported, as `python -m fastree.run` installs it.
-    code = _PROGRAM if not installed else "import fastree; fastree.install()\n" + _PROGRAM
-    args = [sys.executable, "-c", code, *(["status"] if installed else [])]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_json_program(_PROGRAM, installed, *(["status"] if installed else []))
 
 
 def test_checks_blame_no_class_without_a_difference():
