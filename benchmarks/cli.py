@@ -25,12 +25,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=Path("bench_out"),
         help="directory for results.json, report.md, chart.png and chart_details.png "
-        "(default: bench_out/)",
+        "(default: bench_out/); nothing else is written unless --publish is given",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="short rounds, fewer of them: about 5 minutes on a busy 2-core machine; the report "
+        help="short rounds, fewer of them: 7 to 9 minutes on a busy 2-core machine; the report "
         "says how precise the figures are",
     )
     parser.add_argument(
@@ -70,12 +70,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "workloads (default: 5 with --quick, 7 without); more rounds, narrower intervals",
     )
     parser.add_argument(
-        "--write-results",
+        "--publish",
+        "--write-results",  # its earlier name
+        dest="publish",
         action="store_true",
-        help="after an unfiltered run, copy the report and charts into benchmarks/RESULTS.md, "
-        "benchmarks/results_chart.png and benchmarks/results_chart_details.png",
+        help="after an unfiltered run, also make it the published run: its files into "
+        "benchmarks/published/ (results.json, report.md, chart.png, chart_details.png) and its "
+        "figures into the README's generated blocks (python -m benchmarks.report --publish does "
+        "the same from a results.json)",
     )
     args = parser.parse_args(argv)
+    args.write_results = args.publish  # the attribute's earlier name
     args.only = [p.strip() for chunk in args.only for p in chunk.split(",") if p.strip()]
     if args.leaves is not None:
         kinds = [k.strip() for k in args.leaves.split(",") if k.strip()]
@@ -83,10 +88,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown leaf kind(s) {unknown}; choose from {list(LEAF_KINDS)}")
         args.leaves = kinds
-    if args.write_results and (args.only or args.leaves):
-        # RESULTS.md is the published comparison; a partial run must not replace it. (A quick
-        # run may: its report says it is one, and how precise it is.)
-        parser.error("--write-results needs an unfiltered run: drop --only and --leaves")
+    if args.publish and (args.only or args.leaves or args.baseline != "fastree"):
+        # The published run is the one the README quotes as the suite; a partial run must not
+        # replace it. (A quick run may: its report says it is one, and how precise it is.)
+        parser.error("--publish needs an unfiltered run: drop --only, --leaves and --baseline")
     if args.workload_rounds is not None and args.workload_rounds < 1:
         parser.error("--workload-rounds must be at least 1")
     return args

@@ -65,12 +65,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     from benchmarks.report import write_outputs
 
     result = run(args)
-    write_outputs(result, args.out, write_results=args.write_results)
-    return 0
+    return write_outputs(result, args.out, publish_run=args.publish)
 
 
 def run(args: argparse.Namespace) -> RunResult:
     started = time.perf_counter()
+    load_at_start = _load_average()
     if args.baseline not in LOADERS:
         raise SystemExit(f"--baseline must be one of {', '.join(LOADERS)}, not {args.baseline!r}")
     settings = settings_for(args.quick)
@@ -150,6 +150,9 @@ def run(args: argparse.Namespace) -> RunResult:
 
     result.workloads = _run_workloads(settings, args, result)
     result.environment = describe(args.device, result.libraries, memory_method)
+    # The machine's load decides how far a cell can move between runs: the report states it.
+    result.environment["load_average_start"] = load_at_start
+    result.environment["load_average_end"] = _load_average()
     if uninstalled:
         result.environment["fastree_install_at_start"] = uninstalled
     if result.workloads and any(row.speedup for row in result.workloads):
@@ -158,6 +161,14 @@ def run(args: argparse.Namespace) -> RunResult:
     result.duration_s = round(time.perf_counter() - started, 1)
     _progress(f"done in {result.duration_s:.1f} s")
     return result
+
+
+def _load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the system has none)."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def _take_fastree_out_of_jax() -> str | None:

@@ -1,11 +1,17 @@
 """chart.png, the headline figure: how much faster fastree is, and how sure the run is of it.
 
 - Top: per operation, the speedup over each headline peer (jax.tree_util, optree): the bar is the
-  geometric mean over trees, the whisker its interval, each dot one tree (hollow grey: that
-  tree's interval includes 1x, so it reads "same"; red: a real slowdown).
+  geometric mean over trees, its value written at its foot, the whisker its interval, each dot
+  one tree (hollow grey: that tree's interval includes 1x, so it reads "same"; red: a real
+  slowdown).
 - Bottom left: the end-to-end workloads, plain JAX vs fastree installed first, with intervals.
 - Bottom right: treedef memory in bytes per node, on its own axis.
-- A caption under the panels says what ran: trees, versions, machine, rounds, confidence.
+- A caption under the panels says what ran (trees, versions, machine, load, rounds, confidence)
+  and what an interval covers.
+
+Every axis has a fixed range (OPS_RANGE, WORKLOAD_RANGE, MEMORY_RANGE), so two charts of the
+suite can be compared by eye; a value beyond the range is drawn at its edge as a triangle, and
+its label still gives the value.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 from benchmarks.data.operations import MEMORY_OP, OPERATIONS
 from benchmarks.measure.results import RunResult, WorkloadRow
 from benchmarks.report.grid import MeanRatio, mean_ratios, row_of
+from benchmarks.report.markdown import load_text
 from benchmarks.report.palette import (
     HEADLINE_COMPETITORS,
     INSTALLED_COLOR,
@@ -30,6 +37,13 @@ from benchmarks.unsupported import Unsupported
 
 CAPTION_WIDTH = 190
 """Characters per caption line: what a 15-inch figure holds at 9 points."""
+OPS_RANGE = (0.2, 3000.0)
+"""Peer time / fastree time on the operations panel (log): below 1x for slowdowns, up to the
+treedef hash's hundreds."""
+WORKLOAD_RANGE = (0.3, 300.0)
+"""Plain / installed time on the workloads panel (log), with room right of the bars for labels."""
+MEMORY_RANGE = (0.0, 300.0)
+"""Bytes per treedef node on the memory panel."""
 
 
 def write_chart(result: RunResult, path: Path) -> None:
@@ -94,8 +108,9 @@ def caption(result: RunResult) -> str:
         f"{len({row.op for row in result.rows})} operations; {len(result.workloads)} workloads.",
         f"Versions: Python {env.get('python', '?')}; {versions}"
         + (f"; {env['workload_libraries']}" if env.get("workload_libraries") else "")
-        + f". Machine: {env.get('cpu', '?')}, {env.get('cpu_count', '?')} cores; "
-        f"{env.get('date', '?')}.",
+        + f". Machine: {env.get('cpu', '?')}, {env.get('cpu_count', '?')} cores"
+        + (f", {load_text(env)}" if load_text(env) else "")
+        + f"; {env.get('date', '?')}.",
         f"Intervals: order-statistic intervals of the median over paired rounds; tree cases "
         f"{settings.get('min_rounds', '?')}-{settings.get('max_rounds', '?')} rounds, "
         f"≥{confidence:.0%} confidence"
@@ -105,8 +120,10 @@ def caption(result: RunResult) -> str:
             if workload_rounds
             else ""
         )
-        + ". Every figure with its interval: the run's report.md "
-        "(published: benchmarks/RESULTS.md).",
+        + ". An interval covers the rounds of this one run, under its load: not the spread "
+        "between runs, which on a shared machine is wider (python -m benchmarks.report.compare).",
+        "Every figure with its interval: the run's report.md (the published run: "
+        "benchmarks/published/report.md).",
     ]
     return "\n".join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
 
@@ -120,7 +137,6 @@ def _ops_panel(
         if op != MEMORY_OP and any(n in means.get(op, {}) for n in competitors)
     ]
     width = 0.8 / len(competitors)
-    values: list[float] = []
     for index, name in enumerate(competitors):
         offset = (index - (len(competitors) - 1) / 2) * width
         color = color_of(name, competitors)
@@ -129,11 +145,11 @@ def _ops_panel(
             if mean is None:
                 continue
             center = x + offset
-            values += [mean.low, mean.high, *(ratio for _t, ratio, _v in mean.samples)]
             same = mean.low <= 1.0 <= mean.high
+            value = _clip(mean.value, OPS_RANGE)
             ax.bar(
                 center,
-                mean.value - 1.0,
+                value - 1.0,
                 bottom=1.0,
                 width=width * 0.9,
                 color=SAME_COLOR if same else color,
@@ -142,34 +158,40 @@ def _ops_panel(
             )
             ax.errorbar(
                 center,
-                mean.value,
-                yerr=[[mean.value - mean.low], [mean.high - mean.value]],
+                value,
+                yerr=[
+                    [value - _clip(mean.low, OPS_RANGE)],
+                    [_clip(mean.high, OPS_RANGE) - value],
+                ],
                 color="black",
                 capsize=3,
                 linewidth=1.1,
                 zorder=4,
             )
             _tree_dots(ax, center, width, mean, color)
+            # The value at the bar's foot, on the far side of 1x from the bar: one row of labels
+            # that never meets a whisker or a dot above the bar.
             ax.annotate(
                 speedup_label(mean.value),
-                (center, max(mean.high, max(r for _t, r, _v in mean.samples))),
-                xytext=(0, 3),
+                (center, 1.0),
+                xytext=(0, -4 if mean.value >= 1.0 else 4),
                 textcoords="offset points",
                 ha="center",
-                fontsize=7.5,
+                va="top" if mean.value >= 1.0 else "bottom",
+                fontsize=8,
+                zorder=5,
             )
     ax.axhline(1.0, **ONE_X_LINE)
     ax.set_yscale("log")
-    low, high = min([1.0, *values]), max([1.0, *values])
-    ax.set_ylim(low / 1.5, high * 2.2)
-    log_speedup_axis(ax.yaxis, *ax.get_ylim())
+    ax.set_ylim(*OPS_RANGE)
+    log_speedup_axis(ax.yaxis, *OPS_RANGE)
     ax.set_xticks(range(len(ops)), ops, fontsize=9, rotation=20, ha="right")
     ax.set_xlim(-0.6, len(ops) - 0.4)
     ax.grid(axis="y", which="major", alpha=0.3, zorder=0)
     ax.set_ylabel(f"peer time / {result.baseline} time (log)")
     ax.set_title(
-        f"Per operation: geometric mean over trees of (peer time / {result.baseline} time); "
-        "whisker: interval; dots: single trees",
+        f"Per operation: geometric mean over trees of (peer time / {result.baseline} time), "
+        "written at the bar's foot; whisker: its interval (this run's rounds); dots: single trees",
         fontsize=11,
     )
     handles = [_patch(color_of(name, competitors), f"vs {label_of(name)}") for name in competitors]
@@ -188,11 +210,20 @@ def _ops_panel(
     )
 
 
+def _clip(value: float, limits: tuple[float, float]) -> float:
+    """``value`` kept inside an axis's fixed range (a hair inside, so it is still drawn)."""
+    low, high = limits
+    return min(max(value, low * 1.001 if low > 0 else low), high * 0.999)
+
+
 def _tree_dots(ax: Any, center: float, width: float, mean: MeanRatio, color: str) -> None:
     count = len(mean.samples)
     for i, (_tree, ratio, verdict) in enumerate(mean.samples):
         x = center + (i - (count - 1) / 2) * (width * 0.7 / max(count, 1))
-        if verdict == "same":
+        if not OPS_RANGE[0] < ratio < OPS_RANGE[1]:
+            marker = "^" if ratio >= OPS_RANGE[1] else "v"
+            ax.scatter(x, _clip(ratio, OPS_RANGE), s=16, marker=marker, color="black", zorder=3)
+        elif verdict == "same":
             ax.scatter(
                 x, ratio, s=9, facecolors="none", edgecolors="0.45", linewidths=0.7, zorder=3
             )
@@ -205,28 +236,31 @@ def _tree_dots(ax: Any, center: float, width: float, mean: MeanRatio, color: str
 def _workloads_panel(ax: Any, workloads: list[WorkloadRow]) -> None:
     """Horizontal bars from 1x with interval whiskers; programs first, then the model groups."""
     labels = [row.name if row.group == "program" else f"{row.name} ({row.group})" for row in workloads]
-    values: list[float] = []
     for y, row in enumerate(workloads):
         if not row.speedup:
             ax.text(1.0, y, f"  not run: {row.not_run}"[:60], va="center", fontsize=8, color="0.35")
             continue
         same = row.verdict == "same"
         color = SAME_COLOR if same else SLOWER_COLOR if row.verdict == "slower" else INSTALLED_COLOR
-        ax.barh(y, row.speedup - 1.0, left=1.0, height=0.62, color=color, zorder=2)
+        value = _clip(row.speedup, WORKLOAD_RANGE)
+        low = _clip(row.speedup_low or row.speedup, WORKLOAD_RANGE)
+        high = _clip(row.speedup_high or row.speedup, WORKLOAD_RANGE)
+        ax.barh(y, value - 1.0, left=1.0, height=0.62, color=color, zorder=2)
         ax.errorbar(
-            row.speedup,
+            value,
             y,
-            xerr=[[row.speedup - row.speedup_low], [row.speedup_high - row.speedup]],
+            xerr=[[value - low], [high - value]],
             color="black",
             capsize=2.5,
             linewidth=1,
             zorder=3,
         )
-        values += [row.speedup_low, row.speedup_high]
         text = f"{speedup_label(row.speedup)} [{row.speedup_low:.2f}–{row.speedup_high:.2f}]"
+        # Beside the bar, right of its whisker (or of 1x for a bar that grows left: the space
+        # left of the axis holds the workloads' names).
         ax.annotate(
             text + (" same" if same else ""),
-            (max(1.0, row.speedup_high), y),
+            (max(1.0, high), y),
             xytext=(4, 0),
             textcoords="offset points",
             va="center",
@@ -234,9 +268,8 @@ def _workloads_panel(ax: Any, workloads: list[WorkloadRow]) -> None:
         )
     ax.axvline(1.0, **ONE_X_LINE)
     ax.set_xscale("log")
-    low, high = min([0.8, *values]), max([1.5, *values])
-    ax.set_xlim(low / 1.15, high * 3.5)  # room for the labels
-    log_speedup_axis(ax.xaxis, *ax.get_xlim())
+    ax.set_xlim(*WORKLOAD_RANGE)
+    log_speedup_axis(ax.xaxis, *WORKLOAD_RANGE)
     ax.set_yticks(range(len(labels)), labels, fontsize=8.5)
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.grid(axis="x", which="major", alpha=0.3, zorder=0)
@@ -254,7 +287,6 @@ def _memory_panel(ax: Any, result: RunResult, rows: list[Any]) -> None:
     libraries = list(dict.fromkeys(row.library for row in rows))
     libraries.sort(key=lambda name: name != result.baseline)
     height = 0.8 / len(libraries)
-    top = 0.0
     for i, name in enumerate(libraries):
         color = "#222222" if name == result.baseline else color_of(name, libraries)
         for y, tree in enumerate(trees):
@@ -262,17 +294,17 @@ def _memory_panel(ax: Any, result: RunResult, rows: list[Any]) -> None:
             if row is None:
                 continue
             at = y + (i - (len(libraries) - 1) / 2) * height
-            ax.barh(at, row.median, height=height * 0.9, color=color, zorder=2)
+            value = _clip(row.median, MEMORY_RANGE)
+            ax.barh(at, value, height=height * 0.9, color=color, zorder=2)
             ax.annotate(
-                f"{row.median:.0f}",
-                (row.median, at),
+                f"{row.median:.0f}" + ("" if value == row.median else " ▸"),
+                (value, at),
                 xytext=(3, 0),
                 textcoords="offset points",
                 va="center",
                 fontsize=7.5,
             )
-            top = max(top, row.median)
-    ax.set_xlim(0, top * 1.2 if top > 0 else 1)
+    ax.set_xlim(*MEMORY_RANGE)
     ax.set_yticks(range(len(trees)), trees, fontsize=9)
     ax.set_ylim(len(trees) - 0.5, -0.5)
     ax.grid(axis="x", alpha=0.3, zorder=0)

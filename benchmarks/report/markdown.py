@@ -1,8 +1,10 @@
-"""report.md (and benchmarks/RESULTS.md): what ran, how precise it is, the figures, the details."""
+"""report.md (also the published one, benchmarks/published/report.md): what ran, how precise it
+is, the figures, the details."""
 
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from benchmarks.data.operations import MEMORY_OP, OPERATIONS
 from benchmarks.measure.results import MEMORY_UNIT, Row, RunResult, WorkloadRow
@@ -70,9 +72,22 @@ def _what_ran(result: RunResult) -> list[str]:
         f"{env.get('date', '?')}, {result.duration_s:.0f} s: {len(trees)} trees, "
         f"{len({row.op for row in result.rows})} operations, {len(result.workloads)} end-to-end "
         f"workloads. Python {env.get('python', '?')}; {versions}. Machine: {env.get('cpu', '?')}, "
-        f"{env.get('cpu_count', '?')} cores{_workload_libraries(result)}.",
+        f"{env.get('cpu_count', '?')} cores"
+        + (f", {load_text(env)}" if load_text(env) else "")
+        + f"{_workload_libraries(result)}.",
         "",
     ]
+
+
+def load_text(env: dict[str, Any]) -> str:
+    """``load average 1.93 at the start, 2.41 at the end`` (1-minute), or "" when not recorded."""
+    start, end = env.get("load_average_start"), env.get("load_average_end")
+    if not start and not end:
+        return ""
+    said = [
+        f"{load[0]:.2f} at the {when}" for load, when in ((start, "start"), (end, "end")) if load
+    ]
+    return "load average " + ", ".join(said)
 
 
 def _workload_libraries(result: RunResult) -> str:
@@ -124,15 +139,30 @@ def _precision(result: RunResult) -> list[str]:
             "pair's processes, so a difference between processes (where their memory landed, "
             "say) is sampled only as often as there are pairs.",
         ]
+    lines += ["", interval_scope(result)]
     if settings.get("mode") == "quick":
         lines += [
             "",
             "A quick run trades precision for time: short rounds (~"
             f"{settings.get('target_ms_per_round')} ms per library) on a machine that may be "
-            "busy. Single cells can move between runs by more than their interval when the "
-            "machine's load changes between them; the intervals hold within one run.",
+            "busy.",
         ]
     return [*lines, ""]
+
+
+def interval_scope(result: RunResult) -> str:
+    """What an interval covers, said plainly (the report's Precision and the charts' captions)."""
+    settings = result.settings
+    return (
+        "**What an interval covers**: the spread of this run's rounds, under this run's load. A "
+        "tree case's rounds run back to back in one process, within "
+        f"{settings.get('max_seconds_per_case', '?')} s; a workload's in "
+        f"{settings.get('workload_pairs', '?')} pairs of processes started one after the other. "
+        "It is not the spread between runs: on a shared machine a cell can move between two runs "
+        "by more than its interval, and a cell near 1.0× can change verdict. `python -m "
+        "benchmarks.report.compare A.json B.json` counts the cells whose verdicts differ "
+        "between two runs."
+    )
 
 
 def _summary(result: RunResult) -> list[str]:
@@ -442,9 +472,14 @@ def _environment(result: RunResult) -> list[str]:
         "fastree_location",
         "fastree_install_at_start",
         "workload_libraries",
+        "load_average_start",
+        "load_average_end",
     ):
         if env.get(key) not in (None, ""):
-            lines.append(f"| {key} | {env[key]} |")
+            value = env[key]
+            if key.startswith("load_average"):
+                value = " / ".join(f"{v:.2f}" for v in value) + " (1, 5, 15 minutes)"
+            lines.append(f"| {key} | {value} |")
     for name, version in result.libraries.items():
         lines.append(f"| {name} | {version} |")
     return [*lines, ""]

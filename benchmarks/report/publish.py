@@ -1,74 +1,144 @@
-"""``--write-results``: a run's report and charts become benchmarks/RESULTS.md,
-benchmarks/results_chart.png (headline) and benchmarks/results_chart_details.png (every cell), the
-numbers the README points to.
+"""Where a report goes: beside its run, or, asked for by name, into the published run.
 
-A run already made can be published (or its charts redrawn) from its results.json, with nothing
-timed again: ``python -m benchmarks.report bench_out/results.json``.
+- A run writes results.json, report.md, chart.png and chart_details.png into its ``--out``.
+- ``python -m benchmarks.report RESULTS_JSON`` writes report.md and both charts again from a
+  results.json, nothing timed again: beside RESULTS_JSON, or into ``--destination DIR``. It
+  never writes into the repository's published run unless asked with ``--publish``.
+- Publishing is a step of its own, asked for by ``--publish`` (here, or on ``python -m
+  benchmarks``): an unfiltered run becomes ``benchmarks/published/`` under the run's own names
+  (results.json, report.md, chart.png, chart_details.png, with a header on report.md saying where
+  it came from), and the README's generated blocks (``readme``) are rewritten from that same run.
+  ``tests/test_published_figures.py`` checks the three agree with each other and with the suite.
 """
 
 from __future__ import annotations
 
-import shutil
+import argparse
+import sys
 from pathlib import Path
 
 from benchmarks.measure.results import RunResult
-from benchmarks.report.markdown import render_markdown
+from benchmarks.report.outputs import (
+    CHART_PNG,
+    DETAILS_PNG,
+    REPORT_MD,
+    RESULTS_JSON,
+    write_report_files,
+)
+from benchmarks.report.readme import README, rewrite_readme
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent.parent
-PUBLISHED_REPORT = "RESULTS.md"
-PUBLISHED_CHART = "results_chart.png"
-PUBLISHED_DETAILS = "results_chart_details.png"
+PUBLISHED_DIR = BENCHMARKS_DIR / "published"
+"""The published run: the one the README quotes, under the run's own file names."""
+PUBLISHED_REPORT = REPORT_MD
+PUBLISHED_CHART = CHART_PNG
+PUBLISHED_DETAILS = DETAILS_PNG
+
+PUBLISH_COMMAND = "python -m benchmarks --quick --publish"
+"""The one command that times the shipped code and publishes the run (README, docs/testing.md)."""
 
 HEADER = (
-    "<!-- Generated from a {mode} run's results ({date}) by benchmarks/report/publish.py "
-    "(`python -m benchmarks --write-results`, or `python -m benchmarks.report "
-    "results.json`); do not edit by hand. -->\n\n"
+    "<!-- The published run: {mode} run of {date}, written by `python -m benchmarks.report "
+    "--publish` from results.json beside this file; do not edit by hand. -->\n\n"
+)
+REBUILT_HEADER = (
+    "<!-- Rebuilt by `python -m benchmarks.report` from {source} ({mode} run of {date}); do not "
+    "edit by hand. -->\n\n"
 )
 
 
+class NotPublishable(Exception):
+    """A run that must not become the published one, and why."""
+
+
+def why_not_publishable(result: RunResult) -> str | None:
+    """Why this run cannot be the published one (the README quotes it as the suite), or None."""
+    settings = result.settings
+    if settings.get("only") or settings.get("leaves") not in (None, "default"):
+        return "that run was filtered (--only or --leaves): it does not cover the suite"
+    if result.baseline != "fastree":
+        return f"that run's baseline is {result.baseline}, not fastree"
+    return None
+
+
 def publish(
-    result: RunResult,
-    chart: Path | None,
-    destination: Path = BENCHMARKS_DIR,
-    details: Path | None = None,
-) -> Path:
-    """Write RESULTS.md (and copy the charts that were drawn) into ``destination``."""
-    chart_name = _copy(chart, destination / PUBLISHED_CHART)
-    details_name = _copy(details, destination / PUBLISHED_DETAILS)
-    report = destination / PUBLISHED_REPORT
+    result: RunResult, *, destination: Path = PUBLISHED_DIR, readme: Path | None = README
+) -> list[Path]:
+    """Make ``result`` the published run: its files in ``destination``, and the README's generated
+    blocks (``readme=None``: left alone). Raises NotPublishable for a filtered run, or when a chart
+    cannot be drawn (the README shows the chart)."""
+    why_not = why_not_publishable(result)
+    if why_not:
+        raise NotPublishable(why_not)
+    skipped_before = len(result.skipped)
     header = HEADER.format(
         mode=result.settings.get("mode", "?"), date=result.environment.get("date", "?")
     )
-    report.write_text(header + render_markdown(result, chart_name, details_name))
-    return report
+    written = write_report_files(result, destination, header)
+    if len(result.skipped) > skipped_before:
+        notes = "; ".join(note.reason for note in result.skipped[skipped_before:])
+        raise NotPublishable(f"a chart could not be drawn ({notes})")
+    result.write(destination / RESULTS_JSON)
+    written.insert(0, destination / RESULTS_JSON)
+    if readme is not None:
+        rewrite_readme(result, readme, destination)
+        written.append(readme)
+    return written
 
 
-def _copy(source: Path | None, target: Path) -> str | None:
-    """``target``'s name once ``source`` is copied there; None when there is no source."""
-    if source is None or not source.exists():
-        return None
-    shutil.copyfile(source, target)
-    return target.name
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.report",
+        description="Write a run's report.md, chart.png and chart_details.png again from its "
+        "results.json, timing nothing again (after a change to the report or the charts, say).",
+        epilog="Where output goes: beside RESULTS_JSON (report.md, chart.png, chart_details.png "
+        "in the same folder), or into --destination DIR. Nothing is written into the repository "
+        "unless --publish is given: then the run, if unfiltered, becomes benchmarks/published/ "
+        "(results.json, report.md, chart.png, chart_details.png) and the README's generated "
+        "performance blocks are rewritten from it. To time the shipped code and publish in one "
+        f"step: {PUBLISH_COMMAND}.",
+    )
+    parser.add_argument("results", type=Path, metavar="RESULTS_JSON", help="a run's results.json")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--destination",
+        type=Path,
+        metavar="DIR",
+        help="write the report and charts into DIR instead of beside RESULTS_JSON",
+    )
+    where.add_argument(
+        "--publish",
+        action="store_true",
+        help="make this run the published one: benchmarks/published/ and the README's blocks",
+    )
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import tempfile
-
-    from benchmarks.report.chart import write_chart
-    from benchmarks.report.chart_details import write_detail_chart
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report")
-    parser.add_argument("results", type=Path, help="a run's results.json")
-    parser.add_argument("--destination", type=Path, default=BENCHMARKS_DIR)
+    parser = _parser()
     args = parser.parse_args(argv)
-    result = RunResult.from_json(args.results.read_text())
-    args.destination.mkdir(parents=True, exist_ok=True)
-    if result.settings.get("only") or result.settings.get("leaves") not in (None, "default"):
-        parser.error("that run was filtered (--only or --leaves): it is not published")
-    with tempfile.TemporaryDirectory() as scratch:
-        chart, details = Path(scratch) / "chart.png", Path(scratch) / "details.png"
-        write_chart(result, chart)
-        write_detail_chart(result, details)
-        print(publish(result, chart, args.destination, details))
+    try:
+        result = RunResult.from_json(args.results.read_text())
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read {args.results}: {error}")
+    if args.publish:
+        try:
+            written = publish(result)
+        except NotPublishable as reason:
+            parser.error(f"not published: {reason}")
+        print(f"published {', '.join(map(str, written))}", file=sys.stderr)
+        return 0
+    destination = args.destination or args.results.resolve().parent
+    if destination.resolve() == PUBLISHED_DIR.resolve():
+        parser.error(
+            f"{destination} holds the published run, which the README quotes: rewrite it with "
+            "--publish, or name another --destination"
+        )
+    header = REBUILT_HEADER.format(
+        source=args.results,
+        mode=result.settings.get("mode", "?"),
+        date=result.environment.get("date", "?"),
+    )
+    written = write_report_files(result, destination, header)
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
