@@ -209,7 +209,10 @@ def _operations(result: RunResult) -> list[str]:
     if not competitors:
         return []
     variants = [tree.name for tree in result.trees if tree.variant_of]
-    trees = [tree.name for tree in result.trees if not tree.variant_of]
+    in_table = {
+        row.tree for row in result.rows if row.library in competitors and row.op != MEMORY_OP
+    }
+    trees = [tree.name for tree in result.trees if not tree.variant_of and tree.name in in_table]
     lines = [
         f"**Tree operations**: per operation, the geometric mean over the trees of (peer time / "
         f"fastree time), its interval, and in parentheses how many trees read faster / same / "
@@ -260,18 +263,18 @@ def _other_peers(
         if not by_op:
             continue
         if len(by_op) == 1:
-            (op, mean), = by_op.items()
-            texts.append(f"against {_peer(result, name)}, `{op}` {_mean_cell(mean)}")
+            ((op, mean),) = by_op.items()
+            texts.append(f"against {label_of(name)}, `{op}` {_mean_cell(mean)}")
             continue
         low = min(by_op, key=lambda op: by_op[op].value)
         high = max(by_op, key=lambda op: by_op[op].value)
         texts.append(
-            f"against {_peer(result, name)}, {_mean_text(by_op[low])} (`{low}`) to "
+            f"against {label_of(name)}, {_mean_text(by_op[low])} (`{low}`) to "
             f"{_mean_text(by_op[high])} (`{high}`)"
         )
     if not texts:
         return ""
-    return "Per-operation means " + "; ".join(texts) + " (their cells are in the report)."
+    return "Per-operation means " + "; ".join(texts) + " (every cell is in the report)."
 
 
 def _not_faster(result: RunResult) -> list[str]:
@@ -288,9 +291,9 @@ def _not_faster(result: RunResult) -> list[str]:
         "1×)" + (":" if slower or same else ".")
     ]
     if slower:
-        lines.append("slower: " + ", ".join(_cell(row) for row in slower) + ".")
+        lines.append("Slower: " + "; ".join(_cell(row) for row in slower) + ".")
     if same:
-        lines.append("the same: " + ", ".join(_cell(row) for row in same) + ".")
+        lines.append("The same: " + "; ".join(_cell(row) for row in same) + ".")
     return [" ".join(lines), ""]
 
 
