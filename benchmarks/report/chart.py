@@ -198,6 +198,7 @@ def _ops_panel(
     handles += [
         _dot(SAME_COLOR, "a tree whose interval includes 1× (same)", hollow=True),
         _dot(SLOWER_COLOR, f"a tree where {result.baseline} is slower"),
+        _dot("black", "a tree beyond the axis (its value: report.md)", marker="^"),
     ]
     # Outside the axes, so it can never cover a bar or a label.
     ax.legend(
@@ -221,8 +222,10 @@ def _tree_dots(ax: Any, center: float, width: float, mean: MeanRatio, color: str
     for i, (_tree, ratio, verdict) in enumerate(mean.samples):
         x = center + (i - (count - 1) / 2) * (width * 0.7 / max(count, 1))
         if not OPS_RANGE[0] < ratio < OPS_RANGE[1]:
-            marker = "^" if ratio >= OPS_RANGE[1] else "v"
-            ax.scatter(x, _clip(ratio, OPS_RANGE), s=16, marker=marker, color="black", zorder=3)
+            # A triangle pointing off the axis, just inside its edge.
+            above = ratio >= OPS_RANGE[1]
+            at = OPS_RANGE[1] / 1.25 if above else OPS_RANGE[0] * 1.25
+            ax.scatter(x, at, s=16, marker="^" if above else "v", color="black", zorder=3)
         elif verdict == "same":
             ax.scatter(
                 x, ratio, s=9, facecolors="none", edgecolors="0.45", linewidths=0.7, zorder=3
@@ -329,13 +332,13 @@ def _patch(color: str, label: str) -> Any:
     return Patch(color=color, label=label)
 
 
-def _dot(color: str, label: str, hollow: bool = False) -> Any:
+def _dot(color: str, label: str, hollow: bool = False, marker: str = "o") -> Any:
     from matplotlib.lines import Line2D
 
     return Line2D(
         [],
         [],
-        marker="o",
+        marker=marker,
         linestyle="",
         markersize=5,
         markerfacecolor="none" if hollow else color,
