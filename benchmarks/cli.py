@@ -88,10 +88,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown leaf kind(s) {unknown}; choose from {list(LEAF_KINDS)}")
         args.leaves = kinds
-    if args.publish and (args.only or args.leaves or args.baseline != "fastree"):
-        # The published run is the one the README quotes as the suite; a partial run must not
-        # replace it. (A quick run may: its report says it is one, and how precise it is.)
-        parser.error("--publish needs an unfiltered run: drop --only, --leaves and --baseline")
+    if args.publish and (
+        args.only or args.leaves or args.baseline != "fastree" or args.device != "cpu"
+    ):
+        # The published run is the one the README quotes as the suite, on CPU; a partial run must
+        # not replace it. (A quick run may: its report says it is one, and how precise it is.)
+        parser.error(
+            "--publish needs an unfiltered CPU run: drop --only, --leaves, --baseline and --device"
+        )
     if args.workload_rounds is not None and args.workload_rounds < 1:
         parser.error("--workload-rounds must be at least 1")
     return args

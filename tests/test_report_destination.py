@@ -95,6 +95,8 @@ def test_a_filtered_run_is_rebuilt_but_not_published(tmp_path: Path) -> None:
     assert (tmp_path / "report.md").exists()
     with pytest.raises(NotPublishable, match="filtered"):
         publish(filtered, destination=tmp_path / "published", readme=None)
+    with pytest.raises(NotPublishable, match="on cpu"):
+        publish(synthetic_result(device="gpu"), destination=tmp_path / "published", readme=None)
     assert not (tmp_path / "published").exists()
 
 
@@ -173,12 +175,13 @@ def test_summary_names_the_range_and_the_workloads() -> None:
     assert "`treedef_hash` 90.00×" in summary
     assert "`eqx-train-step` 2.00×" in summary and "`nnx-split` 8.00×" in summary
     assert "`jit-trace-lower` the same (1.00×)" in summary
-    assert "GPU-backed trees have not been measured" in summary
+    assert "These are CPU figures, with the leaves in host memory" in summary
 
 
 def test_cli_publish_needs_an_unfiltered_run() -> None:
     assert parse_args(["--quick", "--publish"]).publish
     assert parse_args(["--quick", "--write-results"]).publish  # the earlier name
-    for extra in (["--only", "flatten"], ["--leaves", "jax"], ["--baseline", "jax"]):
+    refused = (["--only", "flatten"], ["--leaves", "jax"], ["--baseline", "jax"], ["--device", "gpu"])
+    for extra in refused:
         with pytest.raises(SystemExit):
             parse_args(["--quick", "--publish", *extra])

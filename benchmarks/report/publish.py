@@ -58,6 +58,9 @@ def why_not_publishable(result: RunResult) -> str | None:
         return "that run was filtered (--only or --leaves): it does not cover the suite"
     if result.baseline != "fastree":
         return f"that run's baseline is {result.baseline}, not fastree"
+    if settings.get("device", "cpu") != "cpu":
+        # The README's figures are the CPU suite's; a GPU run is kept apart (scripts/gpu_check.sh).
+        return f"that run put its jax leaves on {settings['device']}: the published run is on cpu"
     return None
 
 

@@ -119,7 +119,8 @@ def render_summary(result: RunResult) -> str:
             "installed first: " + ", ".join(_workload_text(row) for row in named) + "."
         )
     parts.append(
-        "GPU-backed trees have not been measured; the figures are for CPU and host memory."
+        "These are CPU figures, with the leaves in host memory (\"Performance\" says what is "
+        "known of GPU-backed trees)."
     )
     return _wrap(" ".join(parts)) + "\n"
 
