@@ -157,12 +157,28 @@ def test_publish_writes_the_run_under_its_own_names_and_the_readme_blocks(tmp_pa
     assert readme.read_text() == text
 
 
-def test_a_readme_without_markers_is_refused(tmp_path: Path) -> None:
+def test_a_readme_without_markers_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# no markers here\n")
-    with pytest.raises(ValueError, match="published:begin summary"):
-        readme_blocks.rewrite_readme(synthetic_result(), readme, tmp_path)
+    published = tmp_path / "published"
+    with pytest.raises(NotPublishable, match="published:begin summary"):
+        publish(synthetic_result(), destination=published, readme=readme)
     assert readme.read_text() == "# no markers here\n"
+    assert not published.exists()
+
+
+@needs_matplotlib
+def test_a_chart_that_cannot_be_drawn_leaves_the_published_run_alone(tmp_path: Path) -> None:
+    published = tmp_path / "published"
+    publish(synthetic_result(), destination=published, readme=None)
+    before = {path.name: path.read_bytes() for path in published.iterdir()}
+    nothing_to_draw = synthetic_result()
+    nothing_to_draw.rows, nothing_to_draw.workloads = [], []
+    with pytest.raises(NotPublishable, match="a chart could not be drawn"):
+        publish(nothing_to_draw, destination=published, readme=None)
+    assert {path.name: path.read_bytes() for path in published.iterdir()} == before
+    assert not nothing_to_draw.skipped
+    assert [p.name for p in tmp_path.iterdir()] == ["published"]  # no staging folder left
 
 
 def test_summary_names_the_range_and_the_workloads() -> None:

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks.measure.results import RunResult
@@ -25,7 +27,7 @@ from benchmarks.report.outputs import (
     RESULTS_JSON,
     write_report_files,
 )
-from benchmarks.report.readme import README, rewrite_readme
+from benchmarks.report.readme import README, render_blocks, replace_blocks
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent.parent
 PUBLISHED_DIR = BENCHMARKS_DIR / "published"
@@ -68,23 +70,40 @@ def publish(
     result: RunResult, *, destination: Path = PUBLISHED_DIR, readme: Path | None = README
 ) -> list[Path]:
     """Make ``result`` the published run: its files in ``destination``, and the README's generated
-    blocks (``readme=None``: left alone). Raises NotPublishable for a filtered run, or when a chart
+    blocks (``readme=None``: left alone). Raises NotPublishable, with nothing written, for a run
+    that cannot be the published one, a README without the blocks' markers, or a chart that
     cannot be drawn (the README shows the chart)."""
     why_not = why_not_publishable(result)
     if why_not:
         raise NotPublishable(why_not)
-    skipped_before = len(result.skipped)
+    readme_text = None
+    if readme is not None:
+        try:
+            readme_text = replace_blocks(
+                readme.read_text(), render_blocks(result, readme, destination)
+            )
+        except (OSError, ValueError) as error:
+            raise NotPublishable(f"{readme}: {error}") from None
     header = HEADER.format(
         mode=result.settings.get("mode", "?"), date=result.environment.get("date", "?")
     )
-    written = write_report_files(result, destination, header)
-    if len(result.skipped) > skipped_before:
-        notes = "; ".join(note.reason for note in result.skipped[skipped_before:])
-        raise NotPublishable(f"a chart could not be drawn ({notes})")
-    result.write(destination / RESULTS_JSON)
-    written.insert(0, destination / RESULTS_JSON)
-    if readme is not None:
-        rewrite_readme(result, readme, destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    # Drawn and written beside the published files first, moved in only once all of them are:
+    # a failure leaves the published run as it was.
+    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=".publishing-") as staging:
+        skipped_before = len(result.skipped)
+        staged = write_report_files(result, Path(staging), header)
+        if len(result.skipped) > skipped_before:
+            notes = "; ".join(note.reason for note in result.skipped[skipped_before:])
+            del result.skipped[skipped_before:]
+            raise NotPublishable(f"a chart could not be drawn ({notes})")
+        result.write(Path(staging) / RESULTS_JSON)
+        written = []
+        for path in [Path(staging) / RESULTS_JSON, *staged]:
+            written.append(destination / path.name)
+            os.replace(path, destination / path.name)
+    if readme is not None and readme_text is not None:
+        readme.write_text(readme_text)
         written.append(readme)
     return written
 

@@ -73,12 +73,8 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
     return text
 
 
-def rewrite_readme(result: RunResult, readme: Path, published: Path) -> None:
-    """Rewrite ``readme``'s generated blocks from ``result``, published into ``published``."""
-    readme.write_text(replace_blocks(readme.read_text(), render_blocks(result, readme, published)))
-
-
 def render_blocks(result: RunResult, readme: Path, published: Path) -> dict[str, str]:
+    """Each block's text for ``readme``, quoting ``result`` published into ``published``."""
     where = Path(os.path.relpath(published.resolve(), readme.resolve().parent)).as_posix()
     return {"summary": render_summary(result), "figures": render_figures(result, where)}
 
