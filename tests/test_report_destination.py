@@ -197,7 +197,6 @@ def test_summary_names_the_range_and_the_workloads() -> None:
 def test_cli_publish_needs_an_unfiltered_run() -> None:
     assert parse_args(["--quick", "--publish"]).publish
     assert parse_args(["--quick", "--write-results"]).publish  # the earlier name
-    refused = (["--only", "flatten"], ["--leaves", "jax"], ["--baseline", "jax"], ["--device", "gpu"])
-    for extra in refused:
+    for extra in (["--only", "a"], ["--leaves", "jax"], ["--baseline", "jax"], ["--device", "gpu"]):
         with pytest.raises(SystemExit):
             parse_args(["--quick", "--publish", *extra])
