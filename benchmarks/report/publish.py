@@ -40,8 +40,9 @@ PUBLISH_COMMAND = "python -m benchmarks --quick --publish"
 """The one command that times the shipped code and publishes the run (README, docs/testing.md)."""
 
 HEADER = (
-    "<!-- The published run: {mode} run of {date}, written by `python -m benchmarks.report "
-    "--publish` from results.json beside this file; do not edit by hand. -->\n\n"
+    "<!-- The published run: {mode} run of {date}, written by the publish step (`--publish`, "
+    "benchmarks/report/publish.py) from results.json beside this file; do not edit by hand. "
+    "-->\n\n"
 )
 REBUILT_HEADER = (
     "<!-- Rebuilt by `python -m benchmarks.report` from {source} ({mode} run of {date}); do not "

@@ -25,7 +25,7 @@ from benchmarks.report.palette import HEADLINE_COMPETITORS, label_of
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
 BLOCKS = ("summary", "figures")
-BEGIN = "<!-- published:begin {name} (written by `python -m benchmarks.report --publish`) -->"
+BEGIN = "<!-- published:begin {name} (written by --publish: benchmarks/report/readme.py) -->"
 END = "<!-- published:end {name} -->"
 
 SUMMARY_WORKLOADS = (
