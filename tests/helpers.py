@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import inspect
 import dataclasses
 import importlib
+import inspect
 import itertools
 import re
 import signal
@@ -26,10 +26,10 @@ import fastree
 import fastree.tree_util as tu
 import jax
 import jax.numpy as jnp
-from fastree.jax_interop.compat import tree as jt  # JAX's own, installed or not
-from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import numpy as np
 import pytest
+from fastree.jax_interop.compat import tree as jt  # JAX's own, installed or not
+from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 
 # ------------------------------------------------------------------------------------------------
 # parametrize helper
@@ -128,18 +128,21 @@ def requires_jax(*names: str):
 
 
 def skip_unless_integration_knows(library: str, integration_name: str | None = None) -> None:
-    """Skips (the test, or at import the whole module) unless ``library`` is installed in a
-    version whose node layout fastree's integration reproduces (fastree.integrations.<library>,
-    or ``integration_name`` where it is named otherwise: flax's is ``flax_nnx``): other versions
-    keep the library's own functions, and the tests' expectations do not hold."""
+    """Skips (the test, or at import the whole module) unless ``library`` is installed with code
+    whose node layout fastree's integration reproduces (fastree.integrations.<library>, or
+    ``integration_name`` where it is named otherwise: flax's is ``flax_nnx``): other code keeps
+    the library's own functions, and the tests' expectations do not hold."""
     pytest.importorskip(library)
     integration = importlib.import_module(
         f"fastree.integrations.{integration_name or library}"
     )
-    if not integration.known_version():
+    for module in {item.module for item in integration.MIRRORED}:
+        importlib.import_module(module)
+    verdict = integration.code_verdict()
+    if not verdict:
         pytest.skip(
-            f"the installed {library} is not a version the integration reproduces "
-            f"({integration.KNOWN_VERSIONS}): its classes stay {library}'s",
+            f"the installed {library} is not code the integration reproduces ({verdict.reason}): "
+            f"its classes stay {library}'s",
             allow_module_level=True,
         )
 

@@ -14,7 +14,7 @@ their children, so such nodes key and rebuild as chex's do. Each class is checke
 functions on its first instances (:mod:`fastree.integrations._checked`); the rebuild is compared
 only for classes without ``__post_init__``, whose side effects a check must not repeat.
 
-A class with its own ``__new__``, a chex version outside :data:`KNOWN_VERSIONS`, or functions that
+A class with its own ``__new__``, code of a chex release not in ``_known_chex.KNOWN_CODE``, or functions that
 are not chex's stay with chex. Nothing here imports chex.
 """
 
@@ -26,16 +26,29 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked, _library
+from . import _checked, _known_chex, _library, _mirrored_code
 
-KNOWN_VERSIONS = ((0, 1, 90), (0, 2, 0))
 _DATACLASS_MODULE = "chex._src.dataclass"
+# What the node reproduces: chex's registration (its flatten closure) and the two module
+# functions it registers. Served only where each is code of a release in _known_chex.KNOWN_CODE.
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
+    _mirrored_code.Mirrored(_DATACLASS_MODULE, name)
+    for name in ("register_dataclass_type_with_jax_tree_util", "_dataclass_unflatten",
+                 "_flatten_with_path")
+)
+_code = _mirrored_code.Gate("chex", MIRRORED, _known_chex.KNOWN_CODE)
 _FLATTEN_QUALNAME = "register_dataclass_type_with_jax_tree_util.<locals>.flatten"
 
 
-def known_version() -> bool:
-    """Whether the installed chex is one whose dataclass layout fastree reproduces."""
-    return _library.version_within("chex", KNOWN_VERSIONS)
+def code_verdict() -> _mirrored_code.Verdict:
+    """Whether the loaded chex is code whose dataclass layout fastree reproduces, and which
+    release's."""
+    return _code.verdict()
+
+
+def known_code() -> bool:
+    """Whether the loaded chex is code whose dataclass layout fastree reproduces."""
+    return bool(_code)
 
 
 def _is_chex_registration(module: Any, cls: type, flatten_with_keys: Any, unflatten: Any,
@@ -55,7 +68,7 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
                 flatten: Any) -> Any | None:
     """The checked :class:`~fastree._core.AttrNode` for a chex registration, or None."""
     module = sys.modules.get(_DATACLASS_MODULE)
-    if module is None or not known_version():
+    if module is None or not known_code():
         return None
     if flatten_with_keys is None:  # (accelerate, where JAX keeps it in jaxlib only)
         flatten_with_keys = getattr(module, "_flatten_with_path", None)

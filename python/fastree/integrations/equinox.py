@@ -11,7 +11,7 @@ an :class:`~fastree._core.AttrNode` with ``missing=MISSING`` and
 functions on its first instances (:mod:`fastree.integrations._checked`).
 
 Converters and ``__post_init__`` run in ``__init__``, which neither equinox's unflatten nor the
-node calls. A version of equinox not listed in :data:`KNOWN_VERSIONS`, or functions that are not
+node calls. Code of an equinox release not in ``_known_equinox.KNOWN_CODE`` (:data:`MIRRORED`), or functions that are not
 equinox's generated ones, leave the registration to equinox.
 
 Nothing here imports equinox: the registration hook calls :func:`native_node` only for a class
@@ -26,16 +26,32 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked, _library
+from . import _checked, _known_equinox, _library, _mirrored_code
 
-# equinox releases whose Module layout this module reproduces: [first, past-the-end).
-KNOWN_VERSIONS = ((0, 13, 0), (0, 14, 0))
 _FLATTEN_MODULE = "equinox._module._flatten"
+# What the node reproduces: the generator of each Module's functions, its code templates, and
+# Module's own __getattribute__ (trusted to leave __dict__ as object's lookup gives it). Served
+# only where every one is code of a release in _known_equinox.KNOWN_CODE.
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (_FLATTEN_MODULE, ("generate_flatten_functions", "_make_tuple_type", "_Missing",
+                           "WRAPPER_FIELD_NAMES", "_GETTER", "_FLAT_WRAPPERS", "_FLAT_CODE",
+                           "_SET_WRAPPERS", "_SET_DYNAMIC", "_SET_STATIC", "_UNFLAT_FUNC")),
+        ("equinox._module._module", ("Module.__getattribute__",)),
+    ) for name in names
+)
+_code = _mirrored_code.Gate("equinox", MIRRORED, _known_equinox.KNOWN_CODE)
 
 
-def known_version() -> bool:
-    """Whether the installed equinox is one whose Module layout fastree reproduces."""
-    return _library.version_within("equinox", KNOWN_VERSIONS)
+def code_verdict() -> _mirrored_code.Verdict:
+    """Whether the loaded equinox is code whose Module layout fastree reproduces, and which
+    release's."""
+    return _code.verdict()
+
+
+def known_code() -> bool:
+    """Whether the loaded equinox is code whose Module layout fastree reproduces."""
+    return bool(_code)
 
 
 def _generated(fn: Any, prefix: str, cls: type) -> bool:
@@ -68,11 +84,11 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any,
     """The checked :class:`~fastree._core.AttrNode` for an equinox registration, or None.
 
     None unless the functions are the ones equinox generated for ``cls`` and the installed
-    equinox is a known version. ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX
+    loaded equinox is code fastree knows (:func:`code_verdict`). ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX
     that keeps it in jaxlib only): equinox generates it again.
     """
     layout = sys.modules.get(_FLATTEN_MODULE)
-    if layout is None or not known_version():
+    if layout is None or not known_code():
         return None
     if flatten_with_keys is None and dataclasses.is_dataclass(cls):
         # A class JAX holds without its with-keys function where Python can read it (jax 0.10+

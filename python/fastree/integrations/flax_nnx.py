@@ -30,19 +30,46 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked, _library
+from . import _checked, _known_flax, _library, _mirrored_code
 
-# flax releases whose Pytree layout this module reproduces: [first, past-the-end).
-KNOWN_VERSIONS = ((0, 12, 0), (0, 13, 0))
 _PYTREE_MODULE = "flax.nnx.pytreelib"
 _VARIABLE_MODULE = "flax.nnx.variablelib"
 _TYPING_MODULE = "flax.typing"
 _TRACERS_MODULE = "flax.nnx.tracers"
 
+# What the tree-mode nodes reproduce (the mapping layout, csrc/attr_mapping.h; the Variable node
+# and its rebuild in C, csrc/attr_node.cpp and csrc/nnx_graph_variables.h). Each node kind is
+# served only where its code is that of a release in _known_flax.KNOWN_CODE. Two gates, because
+# flax registers its Variable classes before pytreelib is loaded.
+_VARIABLE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (_VARIABLE_MODULE, ("_variable_flatten", "_variable_flatten_with_keys",
+                            "_variable_unflatten", "Variable._new")),
+        (_TRACERS_MODULE, ("TraceState", "current_jax_trace")),
+    ) for name in names
+)
+_PYTREE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (_PYTREE_MODULE, ("Pytree._pytree__flatten", "Pytree._pytree__flatten_with_paths",
+                          "Pytree._pytree__unflatten")),
+        (_TYPING_MODULE, ("HashableMapping",)),
+    ) for name in names
+)
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = _VARIABLE_MIRRORED + _PYTREE_MIRRORED
+_variable_code = _mirrored_code.Gate("flax", _VARIABLE_MIRRORED, _known_flax.KNOWN_CODE)
+_pytree_code = _mirrored_code.Gate("flax", _PYTREE_MIRRORED, _known_flax.KNOWN_CODE)
 
-def known_version() -> bool:
-    """Whether the installed flax is one whose nnx Pytree layout fastree reproduces."""
-    return _library.version_within("flax", KNOWN_VERSIONS)
+
+def code_verdict() -> _mirrored_code.Verdict:
+    """Whether the loaded flax.nnx's tree-mode code is code fastree reproduces, and which
+    release's (each part decided once its modules are loaded)."""
+    variable = _variable_code.verdict()
+    return _pytree_code.verdict() if variable else variable
+
+
+def known_code() -> bool:
+    """Whether the loaded flax.nnx is code whose Pytree and Variable layout fastree reproduces."""
+    return bool(code_verdict())
 
 
 def _flax_functions() -> tuple[Any, Any, Any, Any] | None:
@@ -131,16 +158,19 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     """The checked :class:`~fastree._core.AttrNode` for an nnx registration, or None.
 
     None unless the functions are the ones flax defines on ``Pytree`` (no subclass overrides
-    them) or for ``Variable`` classes, and the installed flax is a known version.
+    them) or for ``Variable`` classes, and the loaded flax is code fastree knows
+    (:func:`code_verdict`).
     ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX that keeps it in jaxlib
     only): the class's own is taken then.
     """
-    if not known_version():
+    if not _variable_code:
         return None
     _attach_graph_mode()
     variable = _variable_node(cls, flatten_with_keys, unflatten, flatten)
     if variable is not None:
         return variable
+    if not _pytree_code:
+        return None
     known = _flax_functions()
     if known is None:
         return None

@@ -36,9 +36,35 @@ from typing import Any
 from .. import _core
 from ..jax_interop import compat as _jax_compat
 from . import _flax_nnx_graph_compare as _compare
-from . import flax_nnx
+from . import _known_flax, _mirrored_code, flax_nnx
 
 _GRAPHLIB = "flax.nnx.graphlib"
+# What the graph walks reproduce (csrc/nnx_graph_*.cpp; docs/porting-library-integrations.md
+# says which C++ function mirrors which): served only where every one is code of a release in
+# _known_flax.KNOWN_CODE, and only while none of them is replaced (checked at each call).
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (_GRAPHLIB, ("flatten", "_graph_flatten", "unflatten", "_graph_unflatten",
+                     "_graph_update_dynamic", "_merge_to_flat_state", "get_node_impl",
+                     "get_node_impl_for_type", "_flatten_pytree", "_unflatten_pytree",
+                     "_get_sorted_leaves", "is_node", "NodeDef", "VariableDef", "NodeRef",
+                     "Static", "GraphDef", "IndexMap", "PythonRefMap", "GraphNodeImpl",
+                     "PytreeNodeImpl", "GenericPytree", "NodeAttr", "LeafAttr", "DataElem",
+                     "StaticElem", "IndexesPytreeDef")),
+        ("flax.nnx.pytreelib", ("Pytree._graph_node_flatten", "Pytree._graph_node_create_empty",
+                                "Pytree._graph_node_clear", "Pytree._graph_node_init",
+                                "PytreeState", "_flatten_pytree_state",
+                                "_unflatten_pytree_state")),
+        ("flax.nnx.variablelib", ("Variable.get_raw_value", "Variable.get_metadata",
+                                  "Variable.var_type", "Variable.__setattr__",
+                                  "Variable.from_metadata", "Variable.update_from_state",
+                                  "Variable.set_raw_value", "Variable._check_can_update")),
+        ("flax.nnx.statelib", ("FlatState", "State.__init__")),
+    ) for name in names
+)
+# The mirrored functions attach() replaces by its own: identity checks skip them.
+_REPLACED = frozenset(f"{_GRAPHLIB}:{name}" for name in
+                      ("flatten", "unflatten", "_graph_update_dynamic", "_merge_to_flat_state"))
 # The fields the C walk sets on each record, in the order their dataclass __init__ sets them.
 _RECORD_FIELDS = {
     "NodeDef": ("type", "index", "outer_index", "num_attributes", "metadata"),
@@ -152,8 +178,11 @@ class _Graph:
             collections.abc.Mapping,
         )
         self.merge_checked = False
-        # flax functions left to flax after a difference: name -> reason.
+        # flax functions left to flax after a difference: name -> reason ("code": a mirrored
+        # function replaced after attach, for every function).
         self.function_fallbacks: dict[str, str] = {}
+        # Set by attach(): whether a mirrored flax object was replaced since (_code_replaced).
+        self.watch: _mirrored_code.Watch = _mirrored_code.Watch(())
         # Root node types whose first update was compared with flax's.
         self.verified_updates: set[type] = set()
         self.index_map = graphlib.IndexMap
@@ -323,6 +352,7 @@ class _Graph:
 
 
 _graph: _Graph | None = None
+_verdict: _mirrored_code.Verdict | None = None
 
 
 def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
@@ -353,23 +383,33 @@ def _records_known(graphlib: Any) -> bool:
 def attach() -> bool:
     """Serves graphlib.flatten natively, once flax.nnx.graphlib is loaded. Idempotent.
 
-    False (and flax's functions kept) for an unknown flax version, a graphlib that is not
-    loaded yet, or one whose records differ from those the C walk makes.
+    False (and flax's functions kept) where the loaded flax is not code fastree knows
+    (:data:`MIRRORED`, :func:`code_verdict`), graphlib is not loaded yet, or its records differ
+    from those the C walk makes.
     """
-    global _graph
+    global _graph, _verdict
     graphlib = sys.modules.get(_GRAPHLIB)
     if _graph is not None or graphlib is None:
         return _graph is not None
-    if not flax_nnx.known_version() or not hasattr(graphlib, "PYTREE_NODE_IMPL"):
+    if not flax_nnx.known_code():
         return False
     with _lock:
         if _graph is not None:
             return True
+        if _verdict is None:
+            _verdict = _mirrored_code.recognise("flax", MIRRORED, _known_flax.KNOWN_CODE)
+        if not _verdict:
+            return False
         if not _records_known(graphlib) or graphlib.RefMap is not graphlib.PythonRefMap:
+            _verdict = _mirrored_code.Verdict(None, "flax: graphlib's records or RefMap are "
+                                              "not the ones the C walk makes")
             return False
         if not all(cls in graphlib.PYTREE_REGISTRY for cls in (list, tuple, dict, type(None))):
+            _verdict = _mirrored_code.Verdict(None, "flax: list, tuple, dict or None is not in "
+                                              "graphlib.PYTREE_REGISTRY")
             return False
         graph = _Graph(graphlib)
+        graph.watch = _verdict.watch(_REPLACED)
         replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
                         "unflatten": (graph.flax_unflatten, _make_unflatten(graph)),
                         "_graph_update_dynamic": (graph.flax_update, _make_update(graph)),
@@ -383,6 +423,31 @@ def attach() -> bool:
                 if module is not None and getattr(module, name, None) is theirs:
                     setattr(module, name, ours)
         _graph = graph
+    return True
+
+
+def code_verdict() -> _mirrored_code.Verdict:
+    """Whether graph mode is served: the release whose code the loaded flax has, or why not."""
+    if _verdict is not None:
+        return _verdict
+    tree = flax_nnx.code_verdict()
+    if not tree:
+        return tree
+    return _mirrored_code.Verdict(None, "flax: not attached (flax.nnx not loaded while fastree "
+                                  "is installed)")
+
+
+def _code_replaced(graph: _Graph) -> bool:
+    # A mirrored flax function or class replaced since attach (a user's patch, a debugger):
+    # flax's own functions from then on, for good, and status() says which.
+    if "code" in graph.function_fallbacks:
+        return True
+    name = graph.watch.replaced()
+    if name is None:
+        return False
+    graph.function_fallbacks["code"] = f"{name} was replaced after fastree attached"
+    for key in ("flatten", "unflatten", "update"):
+        graph.function_fallbacks.setdefault(key, f"{name} was replaced after fastree attached")
     return True
 
 
@@ -402,14 +467,12 @@ def status() -> dict[str, str]:
     """
     graph = _graph
     if graph is None:
-        if not flax_nnx.known_version():
-            why = "flax: not a flax version fastree knows (or flax is not installed)"
-        else:
-            why = "flax: not attached (flax.nnx not loaded while fastree is installed)"
+        why = code_verdict().reason
         return {"flatten": why, "unflatten": why, "update": why}
     out = {"flatten": "native", "unflatten": "native", "update": "native"}
     for name, reason in graph.function_fallbacks.items():
-        out[name] = f"flax: {reason}"
+        if name != "code":
+            out[name] = f"flax: {reason}"
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
@@ -432,6 +495,7 @@ def _make_flatten(graph: _Graph) -> Any:
             ref_index = python_refmap()
         if (
             not mode
+            or _code_replaced(_graph_state)
             or type(ref_index) is not python_refmap
             or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)
         ):
@@ -523,6 +587,7 @@ def _make_unflatten(graph: _Graph) -> Any:
             or type(graphdef.nodes[0]) not in served_roots
             or type(index_ref) is not index_map
             or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
+            or _code_replaced(graph)
         ):
             return flax_unflatten(graphdef, state, index_ref=index_ref,
                                   outer_index_outer_ref=outer_index_outer_ref,
@@ -615,7 +680,7 @@ def _make_update(graph: _Graph) -> Any:
     @functools.wraps(flax_update)
     def _graph_update_dynamic(node: Any, state: Any) -> None:
         root = type(node)
-        if getattr(_updating, "active", False) or root in graph.fallbacks:
+        if getattr(_updating, "active", False) or root in graph.fallbacks or _code_replaced(graph):
             return flax_update(node, state)
         graph.refresh()
         if root not in graph.verified_updates and not _checked_update(graph, node, state):
@@ -676,7 +741,11 @@ def _make_merge_leaves(graph: _Graph) -> Any:
 
     @functools.wraps(flax_merge_leaves)
     def _merge_to_flat_state(states: Any) -> Any:
-        if type(states) is tuple and "_merge_to_flat_state" not in graph.function_fallbacks:
+        if (
+            type(states) is tuple
+            and "_merge_to_flat_state" not in graph.function_fallbacks
+            and not _code_replaced(graph)
+        ):
             graph.refresh()
             leaves = native(states, graph.unflatten_context)
             if leaves is not None:

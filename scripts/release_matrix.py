@@ -1,0 +1,211 @@
+"""The release matrix: every release pip offers of the libraries fastree serves natively, each
+run plain and with fastree installed, each ending native-and-identical or as a clean fallback.
+
+For each release of flax 0.12.x, equinox 0.13.x and chex 0.1.9x that pip offers for this Python,
+in a venv made on top of a base interpreter that has fastree and its test extra installed
+(``--system-site-packages``: only the library's release is installed into the venv, with
+``--no-deps``, and shadows the base's copy):
+
+1. the library's program (``scripts/release_programs/<library>_program.py``) runs plainly and under
+   ``python -m fastree.run``; its outputs, every step's value or exception type, must be equal;
+2. the installed run's status says how fastree served it: ``native`` where the release's code is
+   in the integration's ``KNOWN_CODE`` table (``fastree.integrations._known_<library>``), else
+   ``fallback`` with the reason (the library's own functions, for every call);
+3. unless ``--no-tests``, the integration's test files run plain and under ``python -m
+   fastree.run`` (on a fallback release they skip themselves: their expectations are for native
+   nodes), except for the release the base already has, whose tests the main suite runs.
+
+Outcomes: ``native, identical``, ``fallback, identical``, ``does not import`` (the release fails
+plain too: nothing to compare), and failures: ``DIFFERS`` (installed output differs from plain) or
+``tests fail``. Exit status 1 on any failure.
+
+Usage:
+
+    python scripts/release_matrix.py                          # every release, this Python
+    python scripts/release_matrix.py --ends                   # oldest and newest of each (CI)
+    python scripts/release_matrix.py --library flax --no-tests
+    python scripts/release_matrix.py --python /path/to/venv/bin/python   # another base
+
+docs/testing.md ("Library releases") keeps the whole table, for both bases. Stdlib only; never
+reads stdin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAMS = REPO / "scripts" / "release_programs"
+# library -> (distribution, the releases considered: a version prefix, the integration's tests)
+LIBRARIES = {
+    "flax": ("0.12.", ["tests/test_flax_nnx_integration.py", "tests/test_flax_nnx_graph_mode.py",
+                       "tests/test_flax_nnx_graph_checks.py",
+                       "tests/test_flax_nnx_variable_rebuild.py"]),
+    "equinox": ("0.13.", ["tests/test_equinox_integration.py"]),
+    "chex": ("0.1.9", ["tests/test_chex_integration.py"]),
+}
+
+
+def _run(args: list[str], timeout: float, env: dict[str, str] | None = None,
+         cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=cwd, stdin=subprocess.DEVNULL, check=False)
+
+
+def releases(python: str, library: str, prefix: str) -> list[str]:
+    """The releases pip offers this Python, oldest first (``pip index versions``)."""
+    r = _run([python, "-m", "pip", "index", "versions", library], timeout=300)
+    found = re.search(r"Available versions: (.*)", r.stdout)
+    if not found:
+        raise SystemExit(f"pip index versions {library} failed:\n{r.stdout}{r.stderr}")
+    versions = [v.strip() for v in found.group(1).split(",") if v.strip().startswith(prefix)]
+    return sorted(versions, key=lambda v: [int(p) for p in re.findall(r"\d+", v)])
+
+
+def installed_version(python: str, library: str) -> str | None:
+    r = _run([python, "-c", f"from importlib import metadata; print(metadata.version({library!r}))"],
+             timeout=120)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _clean_env(venv: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _program(python: Path, library: str, installed: bool, env: dict[str, str]) -> tuple:
+    script = str(PROGRAMS / f"{library}_program.py")
+    args = [str(python), "-m", "fastree.run", script] if installed else [str(python), script]
+    r = _run(args, timeout=600, env=env, cwd=Path(tempfile.gettempdir()))
+    if r.returncode != 0:
+        errors = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception)", line)]
+        return None, errors[-1:] or r.stderr.strip().splitlines()[-1:] or ["(no output)"]
+    return json.loads(r.stdout.strip().splitlines()[-1]), None
+
+
+def _served(status: dict) -> tuple[str, str]:
+    """("native" | "fallback", why) from the installed program's status."""
+    texts = json.dumps(status)
+    if "native" in texts and "flax: " not in texts and "library: " not in texts and (
+            "not an attribute node" not in texts):
+        return "native", ""
+    reasons = [v for v in _flat_values(status) if v not in ("native", "checking")]
+    return "fallback", "; ".join(sorted(set(reasons)))[:200]
+
+
+def _flat_values(value) -> list[str]:
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _flat_values(item)]
+    return [str(value)]
+
+
+def one_release(base: str, library: str, release: str, root: Path, tests: bool,
+                base_release: str | None) -> dict:
+    venv = root / f"{library}-{release}"
+    started = time.perf_counter()
+    row = {"library": library, "release": release}
+    if not (venv / "bin" / "python").exists():
+        r = _run([base, "-m", "venv", "--system-site-packages", str(venv)], timeout=300)
+        if r.returncode != 0:
+            return {**row, "outcome": "ERROR: venv", "detail": r.stderr[-300:]}
+    python = venv / "bin" / "python"
+    env = _clean_env(venv)
+    r = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps",
+              f"{library}=={release}"], timeout=600, env=env)
+    if r.returncode != 0:
+        return {**row, "outcome": "ERROR: pip", "detail": r.stderr[-300:]}
+    plain, plain_error = _program(python, library, False, env)
+    installed, installed_error = _program(python, library, True, env)
+    if plain is None:
+        outcome = "does not import" if installed is None else "DIFFERS"
+        return {**row, "outcome": outcome, "detail": f"plain: {plain_error[0][:150]}",
+                "minutes": round((time.perf_counter() - started) / 60, 1)}
+    if installed is None:
+        return {**row, "outcome": "DIFFERS", "detail": f"installed raises: "
+                f"{installed_error[0][:150]}"}
+    status = installed.pop("status")
+    plain.pop("status")
+    served, why = _served(status)
+    differ = sorted(k for k in plain if plain[k] != installed.get(k))
+    outcome = f"{served}, identical" if not differ else "DIFFERS"
+    detail = why if not differ else f"steps differ: {', '.join(differ)}"
+    if tests and not differ:
+        if release == base_release:
+            detail = (detail + "; " if detail else "") + "tests: the main suite's"
+        else:
+            files = LIBRARIES[library][1]
+            summaries = []
+            for runner in ([], ["-m", "fastree.run"]):
+                r = _run([str(python), *runner, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          *files], timeout=3600, env=env)
+                summary = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
+                summaries.append(summary.strip("= "))
+                if r.returncode not in (0, 5):
+                    outcome = "tests fail"
+            detail = (detail + "; " if detail else "") + "tests: " + " / ".join(summaries)
+    return {**row, "outcome": outcome, "detail": detail,
+            "minutes": round((time.perf_counter() - started) / 60, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default=sys.executable,
+                        help="base interpreter, with fastree[test] installed (default: this one)")
+    parser.add_argument("--library", action="append", choices=sorted(LIBRARIES),
+                        help="only these libraries (repeatable)")
+    parser.add_argument("--ends", action="store_true",
+                        help="only the oldest and the newest release of each library (CI)")
+    parser.add_argument("--release", action="append", default=[],
+                        help="only these releases, e.g. 0.12.6 (repeatable)")
+    parser.add_argument("--no-tests", action="store_true",
+                        help="the programs only, not the integration's test files")
+    parser.add_argument("--venv-root", type=Path, default=None,
+                        help="where the venvs go (default: a temporary folder, removed)")
+    args = parser.parse_args(argv)
+    temporary = None
+    if args.venv_root is None:
+        temporary = tempfile.TemporaryDirectory(prefix="fastree-releases-")
+        args.venv_root = Path(temporary.name)
+    args.venv_root.mkdir(parents=True, exist_ok=True)
+    probe = "import sys, jax; print(sys.version.split()[0], jax.__version__)"
+    version = _run([args.python, "-c", probe], timeout=120).stdout.strip()
+    print(f"base: {args.python} (Python, jax: {version})", flush=True)
+    rows = []
+    for library in args.library or list(LIBRARIES):
+        prefix = LIBRARIES[library][0]
+        chosen = releases(args.python, library, prefix)
+        if args.ends and len(chosen) > 2:
+            chosen = [chosen[0], chosen[-1]]
+        if args.release:
+            chosen = [r for r in chosen if r in args.release]
+        base_release = installed_version(args.python, library)
+        for release in chosen:
+            row = one_release(args.python, library, release, args.venv_root,
+                              not args.no_tests, base_release)
+            rows.append(row)
+            print(f"{library} {release}: {row['outcome']}"
+                  + (f" ({row['detail']})" if row.get("detail") else ""), flush=True)
+    print("\n| library | release | Python, jax | outcome | detail |\n|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['library']} | {row['release']} | {version} | {row['outcome']} | "
+              f"{row.get('detail', '')} |")
+    if temporary is not None:
+        temporary.cleanup()
+    bad = [r for r in rows if r["outcome"] not in ("native, identical", "fallback, identical",
+                                                   "does not import")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""One small equinox program for scripts/release_matrix.py: filter_jit, partition/combine, tree
+calls on a Module. Prints one JSON line (see flax_program.py)."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+def outcome(step):
+    try:
+        value = step()
+    except Exception as error:  # noqa: BLE001 - the outcome compared is the exception's type
+        return f"raises {type(error).__name__}"
+    return jax.tree_util.tree_map(lambda x: float(jnp.sum(x)) if hasattr(x, "shape") else x,
+                                  value)
+
+
+class Block(eqx.Module):
+    weight: jax.Array
+    bias: jax.Array
+    name: str = eqx.field(static=True)
+
+    def __call__(self, x):
+        return x @ self.weight + self.bias
+
+
+model = [Block(jnp.ones((3, 3)), jnp.zeros(3), "a"), eqx.nn.Linear(3, 2, key=jax.random.key(0))]
+out = {}
+out["leaves"] = outcome(lambda: jax.tree_util.tree_leaves(model))
+out["structure"] = outcome(lambda: str(jax.tree_util.tree_structure(model)))
+out["map"] = outcome(lambda: jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a: a + 1,
+                                                                              model)))
+out["paths"] = outcome(lambda: [jax.tree_util.keystr(p) for p, _ in
+                                jax.tree_util.tree_leaves_with_path(model)])
+out["combine"] = outcome(lambda: jax.tree_util.tree_leaves(
+    eqx.combine(*eqx.partition(model, eqx.is_array))))
+out["filter_jit"] = outcome(lambda: eqx.filter_jit(lambda m, x: m[1](m[0](x)))(model,
+                                                                               jnp.ones(3)))
+try:
+    from fastree.integrations import equinox as integration
+    from fastree.integrations import status
+
+    out["status"] = {"code": integration.code_verdict().reason, "Block": status(Block)}
+except ImportError:
+    out["status"] = None
+print(json.dumps(out, sort_keys=True, default=repr))

@@ -1,0 +1,149 @@
+"""Integrations serve natively only the library code they were written against.
+
+``fastree.integrations._mirrored_code`` fingerprints the functions an integration mirrors and
+compares them with the releases in its ``KNOWN_CODE`` table; these tests pin the fingerprint,
+the verdict and its reasons, and (in child processes, plain vs installed) that flax code patched
+after fastree attached sends every graph-mode call back to flax with the same results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import types
+
+import helpers
+import pytest
+from fastree.integrations import _known_chex, _known_equinox, _known_flax, _mirrored_code
+from fastree.integrations._mirrored_code import Gate, Mirrored, fingerprint, recognise
+
+
+def _module(name: str, source: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> types.ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    module = __import__(name)
+    return module
+
+
+def test_fingerprint_names_the_source_and_data():
+    def a(x):
+        return x + 1
+
+    def b(x):
+        return x + 2
+
+    assert fingerprint(a) == fingerprint(a) and len(fingerprint(a)) == 16
+    assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(len) is None  # no Python source
+    assert fingerprint(("x", 1)) == fingerprint(("x", 1)) != fingerprint(("x", 2))
+
+
+def test_recognise_needs_every_piece_of_one_release(monkeypatch, tmp_path):
+    lib = _module("fake_lib_v1", """
+        def walk(x):
+            return [x]
+
+        class Record:
+            def rebuild(self):
+                return 1
+        """, monkeypatch, tmp_path)
+    mirrored = (Mirrored("fake_lib_v1", "walk"), Mirrored("fake_lib_v1", "Record.rebuild"),
+                Mirrored("fake_lib_v1", "Record"))
+    prints = _mirrored_code.current(mirrored)
+    assert None not in prints.values()
+    verdict = recognise("fake", mirrored, {"1.0": prints})
+    assert verdict and verdict.release == "1.0" and verdict.reason == "native"
+
+    changed = dict(prints, **{"fake_lib_v1:walk": "0" * 16})
+    verdict = recognise("fake", mirrored, {"0.9": changed})
+    assert not verdict
+    assert verdict.reason == ("fake: not code fastree was written against (nearest known release "
+                              "0.9 differs in fake_lib_v1:walk)")
+
+    monkeypatch.setattr(lib, "walk", lambda x: [x])  # patched at run time: other code
+    assert not recognise("fake", mirrored, {"1.0": prints})
+
+
+def test_gate_decides_nothing_until_every_name_is_loaded(monkeypatch, tmp_path):
+    lib = _module("fake_lib_v2", "def walk(x):\n    return x\n", monkeypatch, tmp_path)
+    mirrored = (Mirrored("fake_lib_v2", "walk"), Mirrored("fake_lib_v2", "later"))
+    gate = Gate("fake", mirrored, {})
+    assert gate.verdict().reason == "fake: not loaded (yet): fake_lib_v2:later"
+    lib.later = lambda: None  # the module finishes loading: now decided, once
+    decided = gate.verdict()
+    assert not decided and decided.reason == "fake: no known code to compare with"
+    del lib.later
+    assert gate.verdict() is decided
+
+
+def test_watch_sees_a_replaced_function(monkeypatch, tmp_path):
+    lib = _module("fake_lib_v3", "def walk(x):\n    return x\n", monkeypatch, tmp_path)
+    mirrored = (Mirrored("fake_lib_v3", "walk"),)
+    verdict = recognise("fake", mirrored, {"1": _mirrored_code.current(mirrored)})
+    watch = verdict.watch()
+    assert watch.replaced() is None
+    monkeypatch.setattr(lib, "walk", lambda x: x)
+    assert watch.replaced() == "fake_lib_v3:walk"
+
+
+@pytest.mark.parametrize("table", [_known_flax, _known_equinox, _known_chex])
+def test_known_code_tables_are_well_formed(table):
+    assert table.KNOWN_CODE, "a table with no release serves nothing natively"
+    for release, prints in table.KNOWN_CODE.items():
+        assert release and prints
+        for name, value in prints.items():
+            assert ":" in name and len(value) == 16 and int(value, 16) >= 0, (release, name)
+
+
+@pytest.mark.parametrize("library, integration", [("flax", "flax_nnx"), ("equinox", "equinox"),
+                                                   ("chex", "chex")])
+def test_the_installed_library_is_recognised(library, integration):
+    # The test environment pins libraries whose code is in the tables (pyproject's test extra
+    # takes the newest; a new release must be ported first: docs/porting-library-integrations.md).
+    helpers.skip_unless_integration_knows(library, integration)
+
+
+_PATCHED_AFTER_ATTACH = r"""
+import json, sys
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx import graphlib
+calls = []
+real = graphlib._graph_unflatten
+def spy(*args, **kwargs):  # the user's patch: counts, then runs flax's own code
+    calls.append(1)
+    return real(*args, **kwargs)
+graphlib._graph_unflatten = spy
+model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+graphdef, state = nnx.split(model)
+merged = nnx.merge(graphdef, state)
+out = {"kernel": float(jnp.sum(merged.kernel[...])), "patched_ran": len(calls) > 0}
+try:
+    from fastree.integrations import flax_nnx_graph
+    out["status"] = flax_nnx_graph.status() if "fastree" in sys.modules else None
+except ImportError:
+    out["status"] = None
+print(json.dumps(out))
+"""
+
+
+def test_flax_code_patched_after_attach_goes_back_to_flax():
+    helpers.skip_unless_integration_knows("flax", "flax_nnx")
+    plain = helpers.run_json_program(_PATCHED_AFTER_ATTACH, False)
+    installed = helpers.run_json_program(_PATCHED_AFTER_ATTACH, True)
+    assert plain["patched_ran"] and installed["patched_ran"]  # the user's patch runs, as plain
+    assert installed["kernel"] == plain["kernel"]
+    reason = "flax: flax.nnx.graphlib:_graph_unflatten was replaced after fastree attached"
+    assert installed["status"] == {"flatten": reason, "unflatten": reason, "update": reason}
+
+
+def test_status_before_attach_names_the_reason_and_never_raises():
+    from fastree.integrations import flax_nnx_graph
+
+    status = flax_nnx_graph.status()
+    assert set(status) >= {"flatten", "unflatten", "update"}
+    assert all(isinstance(v, str) and v for v in status.values())
+    json.dumps(status)
