@@ -3,8 +3,8 @@ run plain and with fastree installed, each ending native-and-identical or as a c
 
 For each release of flax 0.12.x, equinox 0.13.x and chex 0.1.9x that pip offers for this Python,
 in a venv made on top of a base interpreter that has fastree and its test extra installed
-(``--system-site-packages``: only the library's release is installed into the venv, with
-``--no-deps``, and shadows the base's copy):
+(the venv sees the base's site-packages after its own: only the library's release is installed
+into the venv, with ``--no-deps``, and shadows the base's copy):
 
 1. the library's program (``scripts/release_programs/<library>_program.py``) runs plainly and under
    ``python -m fastree.run``; its outputs, every step's value or exception type, must be equal;
@@ -76,6 +76,11 @@ def installed_version(python: str, library: str) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def _own_site(python: Path) -> str:
+    return _run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                timeout=120).stdout.strip()
+
+
 def _clean_env(venv: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTREE_")}
     env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
@@ -91,7 +96,8 @@ def _program(python: Path, library: str, installed: bool, env: dict[str, str]) -
     if r.returncode != 0:
         errors = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception)", line)]
         return None, errors[-1:] or r.stderr.strip().splitlines()[-1:] or ["(no output)"]
-    return json.loads(r.stdout.strip().splitlines()[-1]), None
+    # Object addresses in reprs (a sentinel's default repr) differ between any two processes.
+    return json.loads(re.sub(r" at 0x[0-9a-f]+", "", r.stdout.strip().splitlines()[-1])), None
 
 
 def _served(status: dict) -> tuple[str, str]:
@@ -110,19 +116,33 @@ def _flat_values(value) -> list[str]:
     return [str(value)]
 
 
+def _see_base_packages(base: str, venv: Path) -> None:
+    # The base's site-packages (and their .pth files: an editable fastree, the base's pip) after
+    # the venv's own, where the release goes. (--system-site-packages would give the site-packages
+    # of the Python the base venv was made from, not the base's.)
+    probe = "import site, sys; print(repr(site.getsitepackages()))"
+    dirs = _run([base, "-c", probe], timeout=120).stdout.strip()
+    own = _run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+               timeout=120).stdout.strip()
+    Path(own, "_fastree_release_matrix_base.pth").write_text(
+        f"import site; [site.addsitedir(d) for d in {dirs}]\n")
+
+
 def one_release(base: str, library: str, release: str, root: Path, tests: bool,
                 base_release: str | None) -> dict:
     venv = root / f"{library}-{release}"
     started = time.perf_counter()
     row = {"library": library, "release": release}
     if not (venv / "bin" / "python").exists():
-        r = _run([base, "-m", "venv", "--system-site-packages", str(venv)], timeout=300)
+        r = _run([base, "-m", "venv", "--without-pip", str(venv)], timeout=300)
         if r.returncode != 0:
             return {**row, "outcome": "ERROR: venv", "detail": r.stderr[-300:]}
+        _see_base_packages(base, venv)
     python = venv / "bin" / "python"
     env = _clean_env(venv)
     r = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps",
-              f"{library}=={release}"], timeout=600, env=env)
+              "--target", _own_site(python), "--upgrade", f"{library}=={release}"],
+             timeout=600, env=env)
     if r.returncode != 0:
         return {**row, "outcome": "ERROR: pip", "detail": r.stderr[-300:]}
     plain, plain_error = _program(python, library, False, env)

@@ -183,8 +183,10 @@ class _Graph:
         self.function_fallbacks: dict[str, str] = {}
         # Set by attach(): whether a mirrored flax object was replaced since (_code_replaced).
         self.watch: _mirrored_code.Watch = _mirrored_code.Watch(())
-        # Root node types whose first update was compared with flax's.
+        # Root node types whose first update was compared with flax's; and how many checks of a
+        # root type's update could not decide (_checked_update).
         self.verified_updates: set[type] = set()
+        self.undecided_updates: dict[type, int] = {}
         self.index_map = graphlib.IndexMap
         self.unserved_types = self._unserved_types() + tuple(
             getattr(graphlib, name) for name in ("NoUpdate", "Repeated", "ArrayRefOutput")
@@ -437,6 +439,14 @@ def code_verdict() -> _mirrored_code.Verdict:
                                   "is installed)")
 
 
+def _walk_in_progress(graph: _Graph) -> bool:
+    # Types met and not yet checked belong to the walk that met them: a walk started while one is
+    # under way (a split from a pytree's flatten, a GC callback, another thread) would otherwise
+    # take them and check them against its own graph, and the first walk's result would go
+    # unchecked. Such a walk is flax's function's; the first walk checks its own types.
+    return bool(graph.pending or graph.pending_nodes)
+
+
 def _code_replaced(graph: _Graph) -> bool:
     # A mirrored flax function or class replaced since attach (a user's patch, a debugger):
     # flax's own functions from then on, for good, and status() says which.
@@ -496,6 +506,7 @@ def _make_flatten(graph: _Graph) -> Any:
         if (
             not mode
             or _code_replaced(_graph_state)
+            or _walk_in_progress(_graph_state)
             or type(ref_index) is not python_refmap
             or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)
         ):
@@ -588,6 +599,7 @@ def _make_unflatten(graph: _Graph) -> Any:
             or type(index_ref) is not index_map
             or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
             or _code_replaced(graph)
+            or _walk_in_progress(graph)
         ):
             return flax_unflatten(graphdef, state, index_ref=index_ref,
                                   outer_index_outer_ref=outer_index_outer_ref,
@@ -680,7 +692,12 @@ def _make_update(graph: _Graph) -> Any:
     @functools.wraps(flax_update)
     def _graph_update_dynamic(node: Any, state: Any) -> None:
         root = type(node)
-        if getattr(_updating, "active", False) or root in graph.fallbacks or _code_replaced(graph):
+        if (
+            getattr(_updating, "active", False)
+            or getattr(_updating, "checking", False)
+            or root in graph.fallbacks
+            or _code_replaced(graph)
+        ):
             return flax_update(node, state)
         graph.refresh()
         if root not in graph.verified_updates and not _checked_update(graph, node, state):
@@ -701,7 +718,31 @@ def _native_update(graph: _Graph, node: Any, state: Any) -> None:
 def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
     # The first update of a root type: flax's function and the native walk each update a copy
     # of the graph (made by flax's own flatten and unflatten), and the two are compared. True
-    # if the native walk may serve the call (and later ones for this root type).
+    # if the native walk may serve the call (and later ones for this root type). flax's update
+    # recurses through graphlib._graph_update_dynamic, which is ours: while a check runs, those
+    # calls are flax's (no check per level, which made a chain's first update quadratic).
+    _updating.checking = True
+    try:
+        decided = _compare_update(graph, node, state)
+    finally:
+        _updating.checking = False
+    root = type(node)
+    if decided is None:
+        # Undecided (no copy could be made, or a difference that cannot be judged): after a
+        # few such checks the root type stays flax's, rather than paying a check per update.
+        count = graph.undecided_updates.get(root, 0) + 1
+        graph.undecided_updates[root] = count
+        if count >= _UNDECIDED_LIMIT:
+            graph.fallbacks[root] = f"the first {count} updates' checks could not decide"
+        return False
+    return decided
+
+
+_UNDECIDED_LIMIT = 3
+
+
+def _compare_update(graph: _Graph, node: Any, state: Any) -> bool | None:
+    # True/False: decided (and recorded); None: undecided.
     root = type(node)
     copies = []
     try:
@@ -710,7 +751,7 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
                                                 graph=True)
             copies.append(graph.flax_unflatten(graphdef, flat, copy_variables=True))
     except Exception:  # noqa: BLE001 - no copies to compare on: this call is flax's, undecided
-        return False
+        return None
     theirs, ours = copies
     errors = []
     for run, target in ((graph.flax_update, theirs),
@@ -727,7 +768,7 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
         try:
             why = _compare.rebuilt_difference(graph, ours, theirs)
         except Exception:  # noqa: BLE001 - Undecidable, or flax's flatten of a copy raised
-            return False
+            return None
     if why is None:
         graph.verified_updates.add(root)
         return True

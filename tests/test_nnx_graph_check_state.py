@@ -1,0 +1,160 @@
+"""The first-walk checks of flax.nnx graph mode: each walk checks its own types, a check costs
+O(graph), and a check that cannot decide is not repeated for ever.
+
+Each case runs in child processes, plain and under ``python -m fastree.run``: results and the
+number of flax walks are compared, never timings.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_json_program, skip_unless_integration_knows
+
+skip_unless_integration_knows("flax", "flax_nnx")
+
+# A chain of modules of one class, `depth` deep: the first nnx.update of it. Counts the calls of
+# flax's own Python walks while it runs (a profile hook: the functions are not replaced).
+_CHAIN_UPDATE = r"""
+import json, sys
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx import graphlib
+
+class Link(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones(1))
+
+DEPTH = int(sys.argv[1])
+root = cur = Link()
+for _ in range(DEPTH):
+    cur.child = Link()
+    cur = cur.child
+state = nnx.state(nnx.merge(*nnx.split(root)))
+codes = {graphlib._graph_flatten.__code__: "flatten", graphlib._graph_unflatten.__code__: "unflatten"}
+counts = {"flatten": 0, "unflatten": 0}
+
+def profile(frame, event, arg):
+    name = codes.get(frame.f_code) if event == "call" else None
+    if name:
+        counts[name] += 1
+
+sys.setprofile(profile)
+nnx.update(root, state)
+sys.setprofile(None)
+print(json.dumps({"counts": counts, "w": float(jnp.sum(root.w[...]))}))
+"""
+
+
+@pytest.mark.parametrize("depth", [60])
+def test_first_update_of_a_chain_is_linear(depth: int):
+    plain = run_json_program(_CHAIN_UPDATE, False, str(depth))
+    installed = run_json_program(_CHAIN_UPDATE, True, str(depth))
+    assert installed["w"] == plain["w"]
+    # The check copies the graph twice and compares the two updated copies: a fixed number of
+    # walks over each of the depth + 1 modules. Before the fix every level of flax's recursion
+    # started its own check: about depth**2 / 2 walks.
+    nodes = depth + 1
+    assert installed["counts"]["flatten"] <= 12 * nodes, installed
+    assert installed["counts"]["unflatten"] <= 6 * nodes, installed
+
+
+# A split started from inside another split (a jax pytree's flatten calls nnx.split): the outer
+# walk's first check must still run, and catch a type the native walk reads differently (a
+# transparent proxy whose __class__ says Param).
+_NESTED_SPLIT = r"""
+import json
+import jax, jax.numpy as jnp
+from flax import nnx
+
+class Proxy:
+    __slots__ = ("__wrapped__",)
+    def __init__(self, obj):
+        object.__setattr__(self, "__wrapped__", obj)
+    @property
+    def __class__(self):
+        return type(object.__getattribute__(self, "__wrapped__"))
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "__wrapped__"), name)
+
+class Other(nnx.Module):
+    def __init__(self):
+        self.q = nnx.Param(jnp.ones(1))
+
+other = Other()
+nnx.split(other)
+
+class Box:
+    def __init__(self, x):
+        self.x = x
+
+def flatten_box(box):
+    nnx.split(other)  # the nested walk
+    return (box.x,), None
+
+jax.tree_util.register_pytree_node(Box, flatten_box, lambda aux, ch: Box(ch[0]))
+
+class Holder(nnx.Module):
+    def __init__(self):
+        # flax walks attributes in sorted order: the proxy is met (and pending) before the box's
+        # flatten starts the nested walk.
+        self.a_link = Proxy(nnx.Param(jnp.zeros(3)))
+        self.b_box = nnx.data(Box(jnp.ones(2)))
+
+graphdef, state = nnx.split(Holder())
+print(json.dumps({"nodes": [type(n).__name__ for n in graphdef.nodes],
+                  "attributes": [[str(k), type(v).__name__] for k, v in graphdef.attributes],
+                  "leaves": len(jax.tree_util.tree_leaves(state))}))
+"""
+
+
+def test_a_nested_walk_leaves_the_outer_walks_check_alone():
+    assert run_json_program(_NESTED_SPLIT, True) == run_json_program(_NESTED_SPLIT, False)
+
+
+# A Variable subclass with its own update_from_state: the update check cannot judge it
+# (Undecidable). Ten updates: after a few undecided checks the root type is flax's, with a reason.
+_UNDECIDED = r"""
+import json, sys
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx import graphlib
+
+class Tracked(nnx.Param):
+    def update_from_state(self, variable_state):
+        super().update_from_state(variable_state)
+
+class Model(nnx.Module):
+    def __init__(self):
+        self.a = Tracked(jnp.ones(2))
+        self.b = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+model = Model()
+state = nnx.state(model)
+walks = [0]
+code = graphlib._graph_flatten.__code__
+
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code is code:
+        walks[0] += 1
+
+sys.setprofile(profile)
+for _ in range(10):
+    nnx.update(model, state)
+sys.setprofile(None)
+out = {"walks": walks[0], "a": float(jnp.sum(model.a[...]))}
+if "fastree" in sys.modules:
+    from fastree.integrations import flax_nnx_graph
+    out["status"] = flax_nnx_graph.status()
+print(json.dumps(out))
+"""
+
+
+def test_an_undecided_update_check_is_not_repeated_for_ever():
+    plain = run_json_program(_UNDECIDED, False)
+    installed = run_json_program(_UNDECIDED, True)
+    assert installed["a"] == plain["a"]
+    reasons = [v for k, v in installed["status"].items() if k.endswith(".Model")]
+    assert reasons == ["flax: the first 3 updates' checks could not decide"]
+    # Three checks (about 33 walks of flax's each here), then flax's update alone, which walks
+    # nothing more than plain flax does; a check on every update was about 30 walks each.
+    assert installed["walks"] <= plain["walks"] + 3 * 40, (installed, plain)
