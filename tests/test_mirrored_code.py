@@ -71,7 +71,9 @@ def test_gate_decides_nothing_until_every_name_is_loaded(monkeypatch, tmp_path):
     lib = _module("fake_lib_v2", "def walk(x):\n    return x\n", monkeypatch, tmp_path)
     mirrored = (Mirrored("fake_lib_v2", "walk"), Mirrored("fake_lib_v2", "later"))
     gate = Gate("fake", mirrored, {})
-    assert gate.verdict().reason == "fake: not loaded (yet): fake_lib_v2:later"
+    assert gate.verdict().reason == "fake: missing (or not loaded yet): fake_lib_v2:later"
+    assert Gate("fake", (Mirrored("fake_lib_absent", "f"),), {}).verdict().reason == (
+        "fake: fake_lib_absent not imported")
     lib.later = lambda: None  # the module finishes loading: now decided, once
     decided = gate.verdict()
     assert not decided and decided.reason == "fake: no known code to compare with"

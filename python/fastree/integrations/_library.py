@@ -1,30 +1,12 @@
-"""What every integration asks about its library: its version, and the classes JAX already holds."""
+"""What every integration asks of JAX about its library: the classes JAX already holds."""
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
 from .. import _core
 from ..jax_interop import compat as _jax_compat
-
-
-@functools.cache
-def version(distribution: str) -> tuple[int, ...] | None:
-    """The installed distribution's (major, minor, micro), or None if absent or unreadable."""
-    try:
-        text = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return _jax_compat.version_tuple(text)[:3] or None
-
-
-def version_within(distribution: str, known: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
-    """Whether the installed version is in ``[known[0], known[1])``."""
-    got = version(distribution)
-    return got is not None and known[0] <= got < known[1]
 
 
 def accelerate_with(native_node: Callable[[type, Any, Any, Any], Any]) -> list[type]:

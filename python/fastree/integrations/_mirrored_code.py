@@ -217,9 +217,9 @@ def recognise(library: str, mirrored: Sequence[Mirrored],
 class Gate:
     """An integration's :func:`recognise`, made once every mirrored name is loaded.
 
-    Until then :meth:`verdict` answers "not loaded (yet)" and decides nothing; from then on it
-    answers the one verdict made. (A release that never defines one of the names stays "not
-    loaded", and is served by the library's own functions, as any release not recognised.)
+    Until then :meth:`verdict` answers "missing (or not loaded yet)" and decides nothing; from
+    then on it answers the one verdict made. (A release that never defines one of the names
+    stays so, and is served by the library's own functions, as any release not recognised.)
     """
 
     def __init__(self, library: str, mirrored: Sequence[Mirrored],
@@ -233,10 +233,14 @@ class Gate:
         if self._verdict is None:
             # A module still being imported (its classes registering as they are defined) may
             # lack a name it will have: nothing is decided until every name is there.
+            unimported = sorted({m.module for m in self.mirrored if m.module not in sys.modules})
+            if unimported:
+                return Verdict(None, f"{self.library}: {', '.join(unimported)} not imported")
             absent = [m.name for m in self.mirrored if m.lookup() is _ABSENT]
             if absent:
-                return Verdict(None, f"{self.library}: not loaded (yet): {', '.join(absent[:3])}"
-                               + (f" and {len(absent) - 3} more" if len(absent) > 3 else ""))
+                shown = ", ".join(absent[:3]) + (
+                    f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+                return Verdict(None, f"{self.library}: missing (or not loaded yet): {shown}")
             self._verdict = recognise(self.library, self.mirrored, self.known)
         return self._verdict
 
