@@ -16,9 +16,6 @@
 namespace fastree::nnx_graph {
 namespace {
 
-// The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
-enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
-
 // A (key, value) child of a node, and whether the node marks it data (1), static (0), or
 // leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
 struct Child {

@@ -14,8 +14,6 @@
 namespace fastree::nnx_graph {
 namespace {
 
-enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
-
 class Gather {
  public:
     explicit Gather(PyObject* context) : ctx_(context), vars_(context) {}

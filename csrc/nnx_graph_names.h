@@ -1,5 +1,7 @@
 // What every nnx graph walk (nnx_graph_*.cpp) shares: the attribute names flax's walks read and
-// set, interned once for the module's lifetime; the record constructor; the kind tables' lookup.
+// set, interned once for the module's lifetime; the record constructor; the kind tables' lookup;
+// the outcome of a step; Python's own unpacking and dict iteration, for the places where flax's
+// code runs them over containers that Python code (a callback, a finalizer) can change mid-walk.
 #pragma once
 
 #include <Python.h>
@@ -10,6 +12,9 @@
 #include "pyutils.h"
 
 namespace fastree::nnx_graph {
+
+// The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
+enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
 
 struct Names {
     PyObject* dict;              // __dict__ (vars(node))
@@ -113,5 +118,79 @@ inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
 inline int KindOf(PyObject* entry) {
     return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
 }
+
+// `first, second = obj`, as Python unpacks it (flax's `key, value = next(attribute_iter)`): an
+// exact 2-tuple or 2-list at once, anything else through iter(); the TypeError and ValueErrors
+// CPython raises. Both outputs owned. False with an error set.
+inline bool UnpackPair(PyObject* obj, Ref* first, Ref* second) {
+    if ((PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 2) ||
+        (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) == 2)) {
+        // Both taken before anything else runs (no call in between).
+        *first = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 0));
+        *second = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 1));
+        return true;
+    }
+    Ref it(PyObject_GetIter(obj));
+    if (!it) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(obj)->tp_iter == nullptr &&
+            !PySequence_Check(obj)) {
+            PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object",
+                         Py_TYPE(obj)->tp_name);
+        }
+        return false;
+    }
+    Ref* outs[2] = {first, second};
+    for (int i = 0; i < 2; ++i) {
+        *outs[i] = Ref(PyIter_Next(it.get()));
+        if (!*outs[i]) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %d)",
+                             i);
+            }
+            return false;
+        }
+    }
+    Ref extra(PyIter_Next(it.get()));
+    if (extra) {
+        PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+        return false;
+    }
+    return !PyErr_Occurred();
+}
+
+// `for key, value in d.items()` over an exact dict, read live as Python's dict iterator reads it:
+// the size taken when iteration starts, "dictionary changed size during iteration" at the next
+// step once it differs, "dictionary keys changed during iteration" once more entries come than
+// there were. flax's walks iterate so while they run Python code (an allocation's GC, a flag's
+// __bool__, an update): a snapshot would hide a change that makes flax's walk raise.
+class LiveItems {
+ public:
+    explicit LiveItems(PyObject* dict)
+        : dict_(Ref::FromBorrowed(dict)), used_(PyDict_GET_SIZE(dict)), left_(used_) {}
+
+    // 1 with both set (owned), 0 at the end, -1 with the RuntimeError set.
+    int Next(Ref* key, Ref* value) {
+        if (used_ != PyDict_GET_SIZE(dict_.get())) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            return -1;
+        }
+        PyObject *k, *v;
+        if (!PyDict_Next(dict_.get(), &pos_, &k, &v)) return 0;
+        if (left_ == 0) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary keys changed during iteration");
+            return -1;
+        }
+        --left_;
+        *key = Ref::FromBorrowed(k);
+        *value = Ref::FromBorrowed(v);
+        return 1;
+    }
+
+ private:
+    Ref dict_;
+    const Py_ssize_t used_;
+    Py_ssize_t left_;
+    Py_ssize_t pos_ = 0;
+};
 
 }  // namespace fastree::nnx_graph

@@ -6,6 +6,13 @@
 // everything it does not serve is found by a first look (Check) before anything is changed, and
 // past that point every case it does not reproduce itself calls flax's own function for that one
 // step (a node impl's create_empty/init/unflatten, a Variable's update_from_state).
+//
+// Python code runs all along the walk (a node impl's functions, a classifier, a finalizer when
+// anything is allocated) and may change the GraphDef's lists as it goes, as it may under flax's
+// iterators. So nothing the first look saw is trusted later unless it is still there: each
+// attribute pair is unpacked as Python unpacks it when it is taken, a record that is not the one
+// the first look judged in its place is judged when it is met, and every item is owned from the
+// moment it is read.
 #include <vector>
 
 #include "attr_mapping.h"
@@ -17,15 +24,13 @@
 namespace fastree::nnx_graph {
 namespace {
 
-enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
-
 class Walk {
  public:
     Walk(PyObject* nodes, PyObject* attributes, PyObject* leaves, PyObject* index_ref,
          PyObject* outer_ref, bool recreate_variables, PyObject* context)
-        : nodes_(nodes),
-          attributes_(attributes),
-          leaves_(leaves),
+        : nodes_(Ref::FromBorrowed(nodes)),
+          attributes_(Ref::FromBorrowed(attributes)),
+          leaves_(Ref::FromBorrowed(leaves)),
           index_ref_(index_ref),
           outer_ref_(outer_ref),
           recreate_variables_(recreate_variables),
@@ -35,50 +40,67 @@ class Walk {
 
     // The first look: every record, attribute and leaf of a kind this walk serves.
     Step Check() {
-        const Names* n = GetNames();
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes_); ++i) {
-            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_, i));
-            PyTypeObject* type = Py_TYPE(record.get());
-            if (type == Cls(kUNodeRef)) continue;
-            if (type != Cls(kUNodeDef) && type != Cls(kUVariableDef)) return kNotServed;
-            Ref node_type(PyObject_GetAttr(record.get(), n->type));
-            if (!node_type) return kFailed;
-            Ref entry = NodeEntry(node_type.get());
-            if (!entry) return kFailed;
-            const int kind = KindOf(entry.get());
-            if (type == Cls(kUNodeDef)) {
-                if (kind == kUnserved || kind == kVariable) return kNotServed;
-                continue;
-            }
-            if (kind != kVariable) return kNotServed;
-            Ref refdef(PyObject_GetAttr(record.get(), n->array_refdef));
-            if (!refdef) return kFailed;
-            if (refdef.get() != Py_None) return kNotServed;
-            // from_metadata's `if attributes['hijax']`: served where it is False.
-            Ref metadata(PyObject_GetAttr(record.get(), n->metadata));
-            if (!metadata) return kFailed;
-            if (Py_TYPE(metadata.get()) != Cls(kUHashableMapping)) return kNotServed;
-            Ref items(PyObject_GetAttr(metadata.get(), n->mapping));
-            if (!items) return kFailed;
-            if (!PyDict_CheckExact(items.get())) return kNotServed;
-            PyObject* hijax = PyDict_GetItemWithError(items.get(), n->hijax);
-            if (hijax != Py_False) return PyErr_Occurred() ? kFailed : kNotServed;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes_.get()); ++i) {
+            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_.get(), i));
+            const Step step = Served(record.get());
+            if (step != kServed) return step;
+            PushOwned(judged_, record.release());
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attributes_); ++i) {
-            PyObject* pair = PyList_GET_ITEM(attributes_, i);
-            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) return kNotServed;
-            PyTypeObject* type = Py_TYPE(PyTuple_GET_ITEM(pair, 1));
-            if (type != Cls(kUStatic) && type != Cls(kUNodeAttr) && type != Cls(kULeafAttr) &&
-                type != Cls(kUNodeRef)) {
-                return kNotServed;
-            }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attributes_.get()); ++i) {
+            // Nothing runs between reading the pair and its value's type.
+            PyObject* attr = PairValue(PyList_GET_ITEM(attributes_.get(), i));
+            if (attr == nullptr || !KnownAttr(Py_TYPE(attr))) return kNotServed;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaves_); ++i) {
-            Ref entry = vars_.LeafEntry(Py_TYPE(PyList_GET_ITEM(leaves_, i)));
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaves_.get()); ++i) {
+            Ref leaf = Ref::FromBorrowed(PyList_GET_ITEM(leaves_.get(), i));
+            Ref entry = vars_.LeafEntry(Py_TYPE(leaf.get()));
             if (!entry) return kFailed;
             if (KindOf(entry.get()) == kUnserved) return kNotServed;
         }
         return Depth();
+    }
+
+    // Whether this walk rebuilds `record` as flax's would: a NodeRef, a NodeDef of a served node
+    // type, or a VariableDef of a plain Variable class with no array ref and hijax False.
+    Step Served(PyObject* record) {
+        const Names* n = GetNames();
+        PyTypeObject* type = Py_TYPE(record);
+        if (type == Cls(kUNodeRef)) return kServed;
+        if (type != Cls(kUNodeDef) && type != Cls(kUVariableDef)) return kNotServed;
+        Ref node_type(PyObject_GetAttr(record, n->type));
+        if (!node_type) return kFailed;
+        Ref entry = NodeEntry(node_type.get());
+        if (!entry) return kFailed;
+        const int kind = KindOf(entry.get());
+        if (type == Cls(kUNodeDef)) {
+            return kind == kUnserved || kind == kVariable ? kNotServed : kServed;
+        }
+        if (kind != kVariable) return kNotServed;
+        Ref refdef(PyObject_GetAttr(record, n->array_refdef));
+        if (!refdef) return kFailed;
+        if (refdef.get() != Py_None) return kNotServed;
+        // from_metadata's `if attributes['hijax']`: served where it is False.
+        Ref metadata(PyObject_GetAttr(record, n->metadata));
+        if (!metadata) return kFailed;
+        if (Py_TYPE(metadata.get()) != Cls(kUHashableMapping)) return kNotServed;
+        Ref items(PyObject_GetAttr(metadata.get(), n->mapping));
+        if (!items) return kFailed;
+        if (!PyDict_CheckExact(items.get())) return kNotServed;
+        PyObject* hijax = PyDict_GetItemWithError(items.get(), n->hijax);
+        if (hijax != Py_False) return PyErr_Occurred() ? kFailed : kNotServed;
+        return kServed;
+    }
+
+    // The attribute value of a pair of the shape flax's graphdefs hold (an exact 2-tuple),
+    // borrowed from `pair`: for use before anything else runs. Null (no error) for any other.
+    static PyObject* PairValue(PyObject* pair) {
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) return nullptr;
+        return PyTuple_GET_ITEM(pair, 1);
+    }
+
+    bool KnownAttr(PyTypeObject* type) const {
+        return type == Cls(kUStatic) || type == Cls(kUNodeAttr) || type == Cls(kULeafAttr) ||
+               type == Cls(kUNodeRef);
     }
 
     // How deep the walk will nest, from the records and attributes alone (each NodeDef takes its
@@ -97,19 +119,22 @@ class Walk {
             open.push_back(left);
             return static_cast<Py_ssize_t>(open.size()) > kMaxNativeDepth ? kNotServed : kServed;
         };
-        if (PyList_GET_SIZE(nodes_) == 0) return kServed;
-        Step step = take(PyList_GET_ITEM(nodes_, next_node++));
+        PyObject* nodes = nodes_.get();
+        if (PyList_GET_SIZE(nodes) == 0) return kServed;
+        Step step = take(Ref::FromBorrowed(PyList_GET_ITEM(nodes, next_node++)).get());
         while (step == kServed && !open.empty()) {
             if (open.back() <= 0) {
                 open.pop_back();
                 continue;
             }
             --open.back();
-            if (next_attribute >= PyList_GET_SIZE(attributes_)) break;
-            PyObject* pair = PyList_GET_ITEM(attributes_, next_attribute++);
-            if (Py_TYPE(PyTuple_GET_ITEM(pair, 1)) != Cls(kUNodeAttr)) continue;
-            if (next_node >= PyList_GET_SIZE(nodes_)) break;
-            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_, next_node++));
+            if (next_attribute >= PyList_GET_SIZE(attributes_.get())) break;
+            // Judged again: `take` reads attributes, and the leaves' classifier ran before.
+            PyObject* attr = PairValue(PyList_GET_ITEM(attributes_.get(), next_attribute++));
+            if (attr == nullptr) return kNotServed;
+            if (Py_TYPE(attr) != Cls(kUNodeAttr)) continue;
+            if (next_node >= PyList_GET_SIZE(nodes)) break;
+            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes, next_node++));
             step = take(record.get());
         }
         return step;
@@ -117,11 +142,9 @@ class Walk {
 
     // `_graph_unflatten(nodes[0], ...)` and the check that every leaf was taken.
     PyObject* Run() {
-        Ref node = Next(&next_node_, nodes_);
-        if (!node) return nullptr;
-        Ref out = Record(node.get());
+        Ref out = NextRecord();
         if (!out) return nullptr;
-        if (next_leaf_ < PyList_GET_SIZE(leaves_)) {
+        if (next_leaf_ < PyList_GET_SIZE(leaves_.get())) {
             PyErr_SetString(PyExc_ValueError, "Incorrect number of leaves in state.");
             return nullptr;
         }
@@ -159,7 +182,7 @@ class Walk {
     // The VariableDef branch of _graph_unflatten (no array ref, copy_variables False: Check).
     Ref VariableRecord(PyObject* def) {
         const Names* n = GetNames();
-        Ref value = Next(&next_leaf_, leaves_);
+        Ref value = Next(&next_leaf_, leaves_.get());
         if (!value) return Ref();
         const int value_is_variable = vars_.IsPlainVariable(value.get());
         if (value_is_variable < 0) return Ref();
@@ -210,26 +233,28 @@ class Walk {
     bool Children(Py_ssize_t count, std::vector<std::pair<Ref, Ref>>* children) {
         const Names* n = GetNames();
         for (Py_ssize_t i = 0; i < count; ++i) {
-            Ref pair = Next(&next_attribute_, attributes_);
+            Ref pair = Next(&next_attribute_, attributes_.get());
             if (!pair) return false;
-            PyObject* key = PyTuple_GET_ITEM(pair.get(), 0);
-            PyObject* attr = PyTuple_GET_ITEM(pair.get(), 1);
-            PyTypeObject* type = Py_TYPE(attr);
+            // `key, value = next(attribute_iter)`: whatever the list holds now, unpacked as
+            // Python unpacks it (the pair the first look saw may have been replaced).
+            Ref key, attr;
+            if (!UnpackPair(pair.get(), &key, &attr)) return false;
+            PyTypeObject* type = Py_TYPE(attr.get());
             Ref value;
             if (type == Cls(kUStatic)) {
-                value = Ref(PyObject_GetAttr(attr, n->value));
+                value = Ref(PyObject_GetAttr(attr.get(), n->value));
             } else if (type == Cls(kULeafAttr)) {
-                value = Next(&next_leaf_, leaves_);
+                value = Next(&next_leaf_, leaves_.get());
             } else if (type == Cls(kUNodeAttr)) {
-                Ref def = Next(&next_node_, nodes_);
-                if (!def) return false;
-                value = Record(def.get());
-            } else {  // NodeRef (Check let nothing else through)
-                Ref index(PyObject_GetAttr(attr, n->index));
+                value = NextRecord();
+            } else if (type == Cls(kUNodeRef)) {
+                Ref index(PyObject_GetAttr(attr.get(), n->index));
                 if (index) value = GetIndexed(index_ref_, index.get());
+            } else {
+                PyErr_Format(PyExc_RuntimeError, "Unknown static field: %R", key.get());
             }
             if (!value) return false;
-            children->emplace_back(Ref::FromBorrowed(key), std::move(value));
+            children->emplace_back(std::move(key), std::move(value));
         }
         return true;
     }
@@ -244,7 +269,21 @@ class Walk {
         return Ref(StealIntoSequence(pairs, false));
     }
 
-    // One record: NodeRef, VariableDef or NodeDef.
+    // next(node_iter), rebuilt: a NodeRef, VariableDef or NodeDef.
+    Ref NextRecord() {
+        const Py_ssize_t at = next_node_;
+        Ref def = Next(&next_node_, nodes_.get());
+        if (!def) return Ref();
+        // The record the first look judged in this place (held since, so no other object can
+        // have its address), or one judged now.
+        if (at >= static_cast<Py_ssize_t>(judged_.size()) || judged_[at] != def.get()) {
+            const Step served = Served(def.get());
+            if (served == kFailed) return Ref();
+            if (served == kNotServed) return Unfollowed(def.get());
+        }
+        return Record(def.get());
+    }
+
     Ref Record(PyObject* def) {
         RecursionGuard guard(" in nnx graph unflatten");
         if (!guard.ok()) return Ref();
@@ -255,12 +294,17 @@ class Walk {
             return index ? GetIndexed(index_ref_, index.get()) : Ref();
         }
         if (type == Cls(kUVariableDef)) return VariableRecord(def);
-        if (type != Cls(kUNodeDef)) {
-            Ref repr(PyObject_Repr(def));
-            if (repr) PyErr_Format(PyExc_RuntimeError, "Unknown node definition: %U", repr.get());
-            return Ref();
-        }
         return NodeRecord(def);
+    }
+
+    // A record put in the nodes list during the walk that this walk does not rebuild (it has
+    // changed the caller's objects already, so it cannot hand the call to flax's function).
+    static Ref Unfollowed(PyObject* def) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "nnx graph unflatten: the GraphDef's nodes were changed during the walk to "
+                     "hold %R, which the native walk does not rebuild",
+                     def);
+        return Ref();
     }
 
     Ref NodeRecord(PyObject* def) {
@@ -424,9 +468,12 @@ class Walk {
     }
 
     PyObject* ctx_[kUnflattenSize];
-    PyObject* const nodes_;       // borrowed: the GraphDef's list (the caller holds the GraphDef)
-    PyObject* const attributes_;  // borrowed, likewise
-    PyObject* const leaves_;      // borrowed: the caller's list
+    // Owned, as flax's iterators hold them: Python code the walk runs may rebind the GraphDef's
+    // fields. Their items are read afresh at each step, never kept across a call.
+    const Ref nodes_;
+    const Ref attributes_;
+    const Ref leaves_;
+    RefVector judged_;  // the records the first look judged, in their places
     PyObject* const index_ref_;   // borrowed: written to
     PyObject* const outer_ref_;   // borrowed, or null
     const bool recreate_variables_;

@@ -1,0 +1,83 @@
+"""flax.nnx graph walks against the fifth red-team round's findings: each program runs in child
+processes, once with plain flax and once with fastree installed into JAX (so that a crash fails
+the test rather than the run), and the two outcomes must be the same.
+
+Pinned here: what Python code run in the middle of a native walk may change (a GraphDef's
+attribute pairs, a module's __dict__, a Variable class), what the GraphDef record caches keep
+alive and share, and how many times a user's metadata ``__eq__`` runs per update.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import run_json_program, skip_unless_integration_knows
+
+skip_unless_integration_knows("flax", "flax_nnx")
+
+
+def same_outcome(program: str, *args: str) -> object:
+    """The program's JSON result, plainly and installed; asserts the two are the same."""
+    plain = run_json_program(program, False, *args)
+    installed = run_json_program(program, True, *args)
+    assert installed == plain
+    return plain
+
+
+# A child program's ending: the outcome of `run()` (its value, or its exception's type and
+# message) as JSON.
+OUTCOME = r"""
+import json
+try:
+    result = ["ok", run()]
+except Exception as error:
+    result = [type(error).__name__, str(error)]
+print(json.dumps(result))
+"""
+
+
+# (a) nnx.merge, with a callback run during the unflatten that replaces the GraphDef's attribute
+# pairs: the native walk read them as the 2-tuples its first look saw (a segfault).
+PAIRS_CHANGED = r"""
+import sys
+import jax, jax.numpy as jnp
+from flax import nnx
+HOLD = {}
+MAKE = {
+    "list": list,
+    "int": lambda pair: 7,
+    "short": lambda pair: pair[:1],
+    "long": lambda pair: (*pair, 0),
+    "unknown": lambda pair: (pair[0], 5),
+}[sys.argv[1]]
+class P:
+    def __init__(self, x): self.x = x
+def unflatten(aux, children):
+    graphdef = HOLD.get("graphdef")
+    if graphdef is not None:
+        for i, pair in enumerate(graphdef.attributes):
+            graphdef.attributes[i] = MAKE(pair) if isinstance(pair, tuple) else pair
+    return P(children[0])
+jax.tree_util.register_pytree_node(P, lambda p: ((p.x,), None), unflatten)
+class M(nnx.Module):
+    def __init__(self):
+        self.a = nnx.data(P(jnp.ones(2)))
+        self.b = nnx.Param(jnp.ones(3))
+        self.c = nnx.Param(jnp.ones(4))
+m = M()
+graphdef, state = nnx.split(m)
+nnx.merge(graphdef, state); nnx.merge(graphdef, state)
+graphdef, state = nnx.split(m)
+HOLD["graphdef"] = graphdef
+def run():
+    merged = nnx.merge(graphdef, state)
+    return [type(merged).__name__, merged.b[...].shape[0], merged.c[...].shape[0]]
+""" + OUTCOME
+
+
+@pytest.mark.parametrize("change", ["list", "int", "short", "long", "unknown"])
+def test_merge_attribute_pairs_changed_by_a_callback(change: str) -> None:
+    outcome = same_outcome(PAIRS_CHANGED, change)
+    expected = {"list": "ok", "int": "TypeError", "short": "ValueError", "long": "ValueError",
+                "unknown": "RuntimeError"}[change]
+    assert outcome[0] == expected
