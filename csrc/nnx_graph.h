@@ -61,7 +61,8 @@ enum ContextItem : Py_ssize_t {
     kStaticElem,         // graphlib.StaticElem
     kIndexesPytreeDef,   // graphlib.IndexesPytreeDef (a NamedTuple)
     kStateTreedefs,      // dict: (initializing, is_setup) -> the IndexesPytreeDef flax made for it
-    kRecords,            // dict: the records made before, by their fields (Records, flatten.cpp)
+    kRecords,            // dict: not read (records are made anew per walk, as flax makes them:
+                         // a cache of them kept static values alive and shared metadata)
     kContextSize,
 };
 

@@ -127,40 +127,11 @@ class Walk {
         return true;
     }
 
-    // Records are immutable (frozen dataclasses), and flax compares GraphDefs often (nnx.jit's
-    // cache looks its static GraphDef up on every call): a record equal to one made before is
-    // that record again, so that comparing two GraphDefs' lists finds the same objects
-    // (identity) instead of calling each record's dataclass __eq__. The table is keyed by the
-    // fields' identities (ids, ints, None: no Python code hashes or compares them); each cached
-    // record holds its fields alive, so no id is reused while it is cached.
-    static constexpr Py_ssize_t kMaxRecords = 1 << 16;
-
-    Ref CachedRecord(PyObject* key) {
-        Ref hit = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kRecords], key));
-        return hit;
-    }
-
-    bool CacheRecord(PyObject* key, PyObject* record) {
-        PyObject* records = ctx_[kRecords];
-        if (PyDict_GET_SIZE(records) >= kMaxRecords) PyDict_Clear(records);
-        return PyDict_SetItem(records, key, record) == 0;
-    }
-
-    // An exact int or None (a record's index fields), hashed and compared without Python code.
-    static bool PlainIndex(PyObject* index) { return index == Py_None || PyLong_CheckExact(index); }
-
-    static Ref IdOf(PyObject* obj) { return Ref(PyLong_FromVoidPtr(obj)); }
-
+    // Every record is made anew, as flax's walk makes it: a result holds the only references to
+    // its records and to the VariableDefs' metadata mappings (which a caller may change), so two
+    // results share nothing flax would make twice, and nothing here outlives them.
     Ref Static(PyObject* value) {
-        Ref id = IdOf(value);
-        if (!id) return Ref();
-        Ref key(PyTuple_Pack(2, ctx_[kStaticType], id.get()));
-        if (!key) return Ref();
-        Ref hit = CachedRecord(key.get());
-        if (hit || PyErr_Occurred()) return hit;
-        Ref stat(NewRecord(ctx_[kStaticType], {{GetNames()->value, value}}));
-        if (!stat || !CacheRecord(key.get(), stat.get())) return Ref();
-        return stat;
+        return Ref(NewRecord(ctx_[kStaticType], {{GetNames()->value, value}}));
     }
 
     bool PushStatic(PyObject* key, PyObject* value) {
@@ -169,100 +140,31 @@ class Walk {
     }
 
     Ref NodeRef(PyObject* index) {
-        if (!PlainIndex(index)) {
-            return Ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, index}}));
-        }
-        Ref key(PyTuple_Pack(2, ctx_[kNodeRefType], index));
-        if (!key) return Ref();
-        Ref hit = CachedRecord(key.get());
-        if (hit || PyErr_Occurred()) return hit;
-        Ref ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, index}}));
-        if (!ref || !CacheRecord(key.get(), ref.get())) return Ref();
-        return ref;
+        return Ref(NewRecord(ctx_[kNodeRefType], {{GetNames()->index, index}}));
     }
 
     Ref NodeDef(PyObject* type, PyObject* index, PyObject* outer, PyObject* count,
                 PyObject* metadata) {
         const Names* n = GetNames();
-        auto make = [&] {
-            return Ref(NewRecord(ctx_[kNodeDefType], {{n->type, type},
-                                                       {n->index, index},
-                                                       {n->outer_index, outer},
-                                                       {n->num_attributes, count},
-                                                       {n->metadata, metadata}}));
-        };
-        if (!PlainIndex(index) || !PlainIndex(outer)) return make();
-        Ref type_id = IdOf(type), metadata_id = IdOf(metadata);
-        if (!type_id || !metadata_id) return Ref();
-        Ref key(PyTuple_Pack(6, ctx_[kNodeDefType], type_id.get(), index, outer, count,
-                             metadata_id.get()));
-        if (!key) return Ref();
-        Ref hit = CachedRecord(key.get());
-        if (hit || PyErr_Occurred()) return hit;
-        Ref def = make();
-        if (!def || !CacheRecord(key.get(), def.get())) return Ref();
-        return def;
-    }
-
-    // Whether a cached VariableDef's metadata holds exactly `items` (the same keys and value
-    // objects, in the same order). No Python code: identity and exact-str equality only.
-    static bool SameMetadata(PyObject* def, PyObject* items) {
-        const Names* n = GetNames();
-        PyObject* def_dict = PyObject_GenericGetDict(def, nullptr);
-        if (def_dict == nullptr) {
-            PyErr_Clear();
-            return false;
-        }
-        Ref held(def_dict);
-        PyObject* mapping = PyDict_GetItem(def_dict, n->metadata);  // borrowed, no code runs
-        if (mapping == nullptr) return false;
-        PyObject* mapping_dict = PyObject_GenericGetDict(mapping, nullptr);
-        if (mapping_dict == nullptr) {
-            PyErr_Clear();
-            return false;
-        }
-        Ref held_mapping(mapping_dict);
-        PyObject* theirs = PyDict_GetItem(mapping_dict, n->mapping);
-        if (theirs == nullptr || !PyDict_CheckExact(theirs) ||
-            PyDict_GET_SIZE(theirs) != PyDict_GET_SIZE(items)) {
-            return false;
-        }
-        Py_ssize_t i = 0, j = 0;
-        PyObject *ka, *va, *kb, *vb;
-        while (PyDict_Next(theirs, &i, &ka, &va)) {
-            if (!PyDict_Next(items, &j, &kb, &vb) || va != vb) return false;
-            if (ka != kb && !(PyUnicode_CheckExact(ka) && PyUnicode_CheckExact(kb) &&
-                              PyUnicode_Compare(ka, kb) == 0)) {
-                return false;
-            }
-        }
-        return true;
+        return Ref(NewRecord(ctx_[kNodeDefType], {{n->type, type},
+                                                   {n->index, index},
+                                                   {n->outer_index, outer},
+                                                   {n->num_attributes, count},
+                                                   {n->metadata, metadata}}));
     }
 
     Ref VariableDef(PyObject* type, PyObject* index, PyObject* outer, PyObject* items) {
         const Names* n = GetNames();
-        Ref key;
-        if (PlainIndex(index) && PlainIndex(outer)) {
-            Ref type_id = IdOf(type);
-            if (!type_id) return Ref();
-            key = Ref(PyTuple_Pack(4, ctx_[kVariableDefType], type_id.get(), index, outer));
-            if (!key) return Ref();
-            Ref hit = CachedRecord(key.get());
-            if (hit && SameMetadata(hit.get(), items)) return hit;
-            if (PyErr_Occurred()) return Ref();
-        }
         // HashableMapping(node.get_metadata()): a copy of the copy; one fresh dict is the same.
         Ref copy(PyDict_Copy(items));
         if (!copy) return Ref();
         Ref metadata(NewRecord(ctx_[kHashableMapping], {{n->mapping, copy.get()}}));
         if (!metadata) return Ref();
-        Ref def(NewRecord(ctx_[kVariableDefType], {{n->type, type},
-                                                    {n->index, index},
-                                                    {n->outer_index, outer},
-                                                    {n->metadata, metadata.get()},
-                                                    {n->array_refdef, Py_None}}));
-        if (!def || (key && !CacheRecord(key.get(), def.get()))) return Ref();
-        return def;
+        return Ref(NewRecord(ctx_[kVariableDefType], {{n->type, type},
+                                                       {n->index, index},
+                                                       {n->outer_index, outer},
+                                                       {n->metadata, metadata.get()},
+                                                       {n->array_refdef, Py_None}}));
     }
 
     Step NodeWith(PyObject* node, PyObject* entry) {
@@ -458,10 +360,24 @@ class Walk {
             if (PyDict_SetItem(cache, aux.get(), made) < 0) return kFailed;
             return kServed;
         }
-        // The metadata made for the first state with this aux data, again (as records are:
-        // immutable, and found by identity when GraphDefs are compared).
-        *metadata = std::move(cached);
-        return kServed;
+        // IndexesPytreeDef(HashableMapping({}, copy=False), treedef) with the treedef flax made
+        // for the first state with this aux data (immutable): the NamedTuple and its mapping
+        // anew, as flax makes them, so that no two results share a mapping a caller can change.
+        if (Py_TYPE(cached.get()) != reinterpret_cast<PyTypeObject*>(ctx_[kIndexesPytreeDef]) ||
+            PyTuple_GET_SIZE(cached.get()) != 2) {
+            return kNotServed;
+        }
+        Ref key_index_dict(PyDict_New());
+        if (!key_index_dict) return kFailed;
+        Ref key_index(NewRecord(ctx_[kHashableMapping], {{n->mapping, key_index_dict.get()}}));
+        if (!key_index) return kFailed;
+        Ref fields(PyTuple_Pack(2, key_index.get(), PyTuple_GET_ITEM(cached.get(), 1)));
+        Ref args(fields ? PyTuple_Pack(1, fields.get()) : nullptr);
+        if (!args) return kFailed;
+        // tuple.__new__(IndexesPytreeDef, fields): what the NamedTuple's own __new__ calls.
+        *metadata = Ref(PyTuple_Type.tp_new(
+            reinterpret_cast<PyTypeObject*>(ctx_[kIndexesPytreeDef]), args.get(), nullptr));
+        return *metadata ? kServed : kFailed;
     }
 
     Step GraphOrPytreeNode(PyObject* node, PyObject* entry, int kind) {

@@ -81,3 +81,66 @@ def test_merge_attribute_pairs_changed_by_a_callback(change: str) -> None:
     expected = {"list": "ok", "int": "TypeError", "short": "ValueError", "long": "ValueError",
                 "unknown": "RuntimeError"}[change]
     assert outcome[0] == expected
+
+
+# (c) nnx.split's GraphDef records were cached (by their fields' ids) for later splits: every
+# static attribute value and Variable metadata value stayed alive after the model and its split
+# were deleted.
+RECORDS_KEPT = r"""
+import gc, json, weakref
+import jax.numpy as jnp
+from flax import nnx
+class Config:
+    pass
+class Note:
+    pass
+refs = []
+for i in range(20):
+    m = nnx.Module()
+    m.cfg = Config()
+    m.w = nnx.Param(jnp.ones(2), note=Note())
+    refs.append((weakref.ref(m.cfg), weakref.ref(m.w.get_metadata("note"))))
+    graphdef, state = nnx.split(m)
+    nnx.merge(graphdef, state)
+    del m, graphdef, state
+gc.collect()
+print(json.dumps([sum(c() is not None for c, _ in refs), sum(n() is not None for _, n in refs)]))
+"""
+
+
+def test_split_keeps_no_static_value_or_metadata_alive() -> None:
+    assert same_outcome(RECORDS_KEPT) == [0, 0]
+
+
+# (d) Two splits of one module returned the same records, so a VariableDef's metadata mapping
+# (a HashableMapping around a dict) was one object in two GraphDefs that flax makes distinct.
+RECORDS_SHARED = r"""
+import json
+import jax.numpy as jnp
+from flax import nnx
+class M(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones(2), note="original")
+        self.size = 3
+        self.items = nnx.List([nnx.Param(jnp.ones(1)), 4])
+        self.items2 = self.items
+m = M()
+first, _ = nnx.split(m)
+second, _ = nnx.split(m)
+variable_defs = [(a, b) for a, b in zip(first.nodes, second.nodes)
+                 if type(a).__name__ == "VariableDef"]
+for a, _ in variable_defs:
+    a.metadata._mapping["note"] = "edited"
+shared_records = [a is b for a, b in zip(first.nodes, second.nodes)]
+shared_statics = [a[1] is b[1] for a, b in zip(first.attributes, second.attributes)
+                  if type(a[1]).__name__ == "Static"]
+print(json.dumps([[b.metadata.get("note") for _, b in variable_defs], shared_records,
+                  shared_statics, first == second]))
+"""
+
+
+def test_splits_share_no_record_or_metadata() -> None:
+    notes, shared_records, shared_statics, equal = same_outcome(RECORDS_SHARED)
+    assert sorted(notes, key=str) == [None, "original"]
+    assert not any(shared_records) and not any(shared_statics)
+    assert not equal  # the edit shows in one GraphDef only
