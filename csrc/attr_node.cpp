@@ -164,13 +164,19 @@ bool SameItems(PyObject* t, const Vec& items) {
 // the value is not an exact dict of exact str keys (the library reads that instance), or with
 // an error set. The pairs come from GatherDictItems, in the sorted-key order a dict flattens in
 // (for exact str keys: no Python code runs).
-PyObject* SortedItems(PyObject* meta) {
-    if (!PyDict_CheckExact(meta)) return nullptr;
+// Whether `meta` is an exact dict of exact str keys (nothing runs).
+bool StrKeyedDict(PyObject* meta) {
+    if (!PyDict_CheckExact(meta)) return false;
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(meta, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key)) return nullptr;
+        if (!PyUnicode_CheckExact(key)) return false;
     }
+    return true;
+}
+
+PyObject* SortedItems(PyObject* meta) {
+    if (!StrKeyedDict(meta)) return nullptr;
     Items items;  // owned (key, value) pairs
     if (!GatherDictItems(meta, items)) return nullptr;
     return NewSequenceOf<true>(static_cast<Py_ssize_t>(items.size()), [&](Py_ssize_t i) {
@@ -328,6 +334,18 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         }
         if (v == nullptr) return Outcome::kError;
         out->children[static_cast<size_t>(i)] = v;
+    }
+    if (!want_aux && node->meta_items) {
+        // The library's flatten sorts the metadata's items whether or not the caller wants the
+        // aux data (tree_leaves): metadata it might fail to sort (keys other than exact str) is
+        // read by the library, so that its error (sorted()'s TypeError) surfaces as in JAX.
+        Ref meta(Value(node, inst, nd, PyTuple_GET_ITEM(node->meta_fields, 0)));
+        if (!meta) return Outcome::kError;
+        if (!StrKeyedDict(meta.get())) {
+            if (check && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
+            Ref aux(Aux(node, inst, regular != 0));  // the aux read's own TypeError
+            if (!aux) return Outcome::kError;
+        }
     }
     if (want_aux) {
         out->aux = Ref(Aux(node, inst, regular != 0));

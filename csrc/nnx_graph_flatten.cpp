@@ -7,6 +7,7 @@
 #include "nnx_graph.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "attr_mapping.h"
@@ -219,6 +220,14 @@ class Walk {
         Ref dict(PyObject_GetAttr(node, n->dict));
         if (!dict) return kFailed;
         if (!PyDict_CheckExact(dict.get())) return kNotServed;
+        {
+            // Served for exact str names only: known before any Python code runs.
+            Py_ssize_t pos = 0;
+            PyObject *key, *value;
+            while (PyDict_Next(dict.get(), &pos, &key, &value)) {
+                if (!PyUnicode_CheckExact(key)) return kNotServed;
+            }
+        }
         Ref is_pytree_flag(PyObject_GetAttr(node, n->is_pytree));
         if (!is_pytree_flag) return kFailed;
         const int is_pytree = PyObject_IsTrue(is_pytree_flag.get());
@@ -234,19 +243,24 @@ class Walk {
             if (!data_flags) return kFailed;
             if (!PyDict_CheckExact(data_flags.get())) return kNotServed;
         }
+        // flax's items iterator starts here where the names are wrapped (its first generator
+        // takes it at once), else after the int-keys flag is read (the next one, or sorted()).
+        std::optional<LiveItems> items;
+        if (is_pytree) items.emplace(dict.get());
         Ref int_keys_flag(PyObject_GetAttr(node, n->has_int_keys));
         if (!int_keys_flag) return kFailed;
         const int int_keys = PyObject_IsTrue(int_keys_flag.get());
         if (int_keys < 0) return kFailed;
+        if (!is_pytree) items.emplace(dict.get());
 
-        // Take every item first: judging one below can run Python code that changes the dict.
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(dict.get(), &pos, &key, &value)) {
-            if (!PyUnicode_CheckExact(key)) return kNotServed;
-            children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
-        }
-        for (Child& child : *children) {
+        // Read live, as flax's generators read it: judging an item can run Python code (a
+        // flag's truth, an allocation's GC), and a change to the dict meanwhile raises there.
+        for (;;) {
+            Child child{Ref(), Ref(), -1};
+            const int got = items->Next(&child.key, &child.value);
+            if (got < 0) return kFailed;
+            if (got == 0) break;
+            if (!PyUnicode_CheckExact(child.key.get())) return kNotServed;  // put in meanwhile
             if (is_pytree) {
                 // `name in pytree_nodes and pytree_nodes[name]`
                 Ref flag = Ref::FromBorrowed(
@@ -259,6 +273,7 @@ class Walk {
                 child.key = Ref(attr::MaybeInt(child.key.get()));
                 if (!child.key) return kFailed;
             }
+            children->push_back(std::move(child));
         }
         // sorted(): distinct str names by code point, or _type_aware_sort (stable) with ints.
         std::stable_sort(children->begin(), children->end(), [](const Child& a, const Child& b) {

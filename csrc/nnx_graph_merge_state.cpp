@@ -55,20 +55,20 @@ class Gather {
         if (static_cast<int>(path_.size()) >= kMaxNativeDepth) return kNotServed;
         RecursionGuard guard(" in nnx merge");
         if (!guard.ok()) return kFailed;
-        std::vector<std::pair<Ref, Ref>> items;
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(dict, &pos, &key, &value)) {
-            items.emplace_back(Ref::FromBorrowed(key), Ref::FromBorrowed(value));
-        }
-        for (auto& [k, v] : items) {
-            PushNewRef(path_, k.get());
+        // `for key, value in xs.items()`, live: a value's isinstance (or a GC) can run Python
+        // code, and a change to the dict meanwhile raises as flax's loop raises.
+        LiveItems items(dict);
+        for (;;) {
+            Ref k, v;
+            const int got = items.Next(&k, &v);
+            if (got < 0) return kFailed;
+            if (got == 0) return kServed;
+            PushOwned(path_, k.release());
             Step step = Value(v.get());
             Py_DECREF(path_.back());
             path_.pop_back();
             if (step != kServed) return step;
         }
-        return kServed;
     }
 
     Step Value(PyObject* value) {

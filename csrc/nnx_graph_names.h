@@ -6,12 +6,24 @@
 
 #include <Python.h>
 
+#include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <unordered_map>
 #include <utility>
 
 #include "pyutils.h"
 
 namespace fastree::nnx_graph {
+
+// Hashes a pair of addresses (the kind tables' version map).
+struct PairHash {
+    size_t operator()(const std::pair<PyObject*, PyObject*>& p) const {
+        const auto a = reinterpret_cast<std::uintptr_t>(p.first);
+        const auto b = reinterpret_cast<std::uintptr_t>(p.second);
+        return std::hash<std::uintptr_t>()(a * 0x9E3779B97F4A7C15ull ^ b);
+    }
+};
 
 // The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
 enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
@@ -29,7 +41,9 @@ struct Names {
     PyObject* trace_ref;         // jax's OpaqueTraceState._trace_ref
     PyObject* trace;             // jax's trace_ctx.trace
     PyObject* weakref;           // jax's Trace._weakref
-    PyObject* hijax;             // the Variable metadata key "hijax"
+    PyObject* hijax;             // the Variable metadata key "hijax" (and Variable.hijax)
+    PyObject* ref;               // the Variable metadata key "ref" (and Variable.ref)
+    PyObject* copy;              // dict.copy (a Variable's metadata, when not an exact dict)
     PyObject* initializing;      // PytreeState.initializing (property)
     PyObject* is_setup;          // PytreeState.is_setup (property)
     PyObject* initializing_slot; // PytreeState._initializing
@@ -67,6 +81,8 @@ inline const Names* GetNames() {
         n->trace = PyUnicode_InternFromString("trace");
         n->weakref = PyUnicode_InternFromString("_weakref");
         n->hijax = PyUnicode_InternFromString("hijax");
+        n->ref = PyUnicode_InternFromString("ref");
+        n->copy = PyUnicode_InternFromString("copy");
         n->initializing = PyUnicode_InternFromString("initializing");
         n->is_setup = PyUnicode_InternFromString("is_setup");
         n->initializing_slot = PyUnicode_InternFromString("_initializing");
@@ -96,15 +112,62 @@ inline const Names* GetNames() {
 // reference, or null with an error set.
 PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields);
 
+// The version tag CPython keeps for `type`: a new one whenever the type or a base is changed
+// (PyType_Modified: a class attribute set or deleted, a base's too), never reused for another
+// state or type; 0 where the type has none (it then counts as changed at every look).
+inline unsigned int TypeVersion(PyTypeObject* type) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (type->tp_version_tag == 0) PyUnstable_Type_AssignVersionTag(type);
+    return type->tp_version_tag;
+#else
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        // A lookup through the type's attribute cache assigns a tag where it can (no Python
+        // code runs: str keys in the MRO's dicts).
+        _PyType_Lookup(type, GetNames()->dict);
+        if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+    }
+    return type->tp_version_tag;
+#endif
+}
+
+// The version of each type when its entry in a kind table was made: (table, type) -> tag. The
+// entries are computed from the class's attributes (a Variable class's accessors, a Pytree's
+// graph functions): one made before the class changed is made again. Keyed by addresses: a
+// type that dies and whose address comes back is another type, with another tag (a mismatch:
+// classified again). Under the GIL, as every walk runs.
+inline std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>&
+KindVersions() {
+    static auto* versions =
+        new std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>();
+    return *versions;
+}
+
 // The entry (kind, impl, impl.type) of `key` (a type) in a kind table (a dict the Python side's
-// `classify` fills), asking `classify` on a miss. Null with an error set.
+// `classify` fills), asking `classify` on a miss, or where the class changed since its entry
+// was made. Null with an error set.
 inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
     // A new reference at once: the table is a dict the classifier (Python) writes to.
     Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
+    if (!entry && PyErr_Occurred()) return Ref();
+    const unsigned int version =
+        PyType_Check(key) ? TypeVersion(reinterpret_cast<PyTypeObject*>(key)) : 0;
+    auto& versions = KindVersions();
+    const std::pair<PyObject*, PyObject*> slot{table, key};
+    if (entry && version != 0) {
+        auto found = versions.find(slot);
+        if (found == versions.end() || found->second != version) entry = Ref();
+    } else {
+        entry = Ref();
+    }
     if (!entry) {
-        if (PyErr_Occurred()) return Ref();
+        // The classifier writes the table's entry; the tag is the one before it ran (a change
+        // while it runs shows at the next look).
         entry = Ref(PyObject_CallOneArg(classify, key));
         if (!entry) return Ref();
+        if (version != 0) {
+            if (versions.size() >= (size_t{1} << 16)) versions.clear();  // classified again
+            versions[slot] = version;
+        }
     }
     if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
         !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {

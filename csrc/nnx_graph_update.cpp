@@ -53,19 +53,19 @@ class Walk {
         Ref node_dict = NodeDict(node, kind);
         if (!node_dict) return PyErr_Occurred() ? false : Flax(node, state);
 
-        // The state's items, taken first: an update below can run Python code.
-        std::vector<std::pair<Ref, Ref>> pairs;
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(items, &pos, &key, &value)) {
-            pairs.emplace_back(Ref::FromBorrowed(key), Ref::FromBorrowed(value));
-        }
+        // `for key, value in state.items()`, live: each update below can run Python code, and a
+        // change to the state's dict meanwhile raises as flax's loop raises.
         const bool wrapped = state.wrapped || !PyDict_CheckExact(state.obj.get());
-        for (auto& [k, v] : pairs) {
-            StateView child{Ref::FromBorrowed(v.get()), wrapped && PyDict_CheckExact(v.get())};
+        LiveItems pairs(items);
+        for (;;) {
+            Ref k, v;
+            const int got = pairs.Next(&k, &v);
+            if (got < 0) return false;
+            if (got == 0) return true;
+            const bool nested = wrapped && PyDict_CheckExact(v.get());
+            StateView child{std::move(v), nested};
             if (!Key(node, node_dict.get(), k.get(), child)) return false;
         }
-        return true;
     }
 
     PyObject* Item(Py_ssize_t i) const { return PyTuple_GET_ITEM(ctx_, i); }

@@ -116,18 +116,34 @@ class VariableOps {
         }
         if (!CheckCanUpdate(variable)) return false;
         if (!from_state) return PyObject_GenericSetAttr(variable, n->raw_value, value) == 0;
-        // update_from_state: the raw value, then the metadata only if it differs.
+        // Variable.update_from_state, step by step (each `self.x = ...` is Variable.__setattr__:
+        // the update check, then object.__setattr__), so that the metadata's == runs once, as
+        // in flax: the raw value; then, only if `self._var_metadata != state._var_metadata`,
+        // state.get_metadata() (a copy) with 'hijax' and 'ref' from self, as the metadata.
         Ref raw(PyObject_GetAttr(value, n->raw_value));
         if (!raw || PyObject_GenericSetAttr(variable, n->raw_value, raw.get()) < 0) return false;
         Ref ours(PyObject_GetAttr(variable, n->var_metadata));
         Ref theirs(PyObject_GetAttr(value, n->var_metadata));
         if (!ours || !theirs) return false;
-        if (ours.get() == theirs.get()) return true;
-        const int differs = PyObject_RichCompareBool(ours.get(), theirs.get(), Py_NE);
-        if (differs < 0) return false;
-        if (!differs) return true;
-        Ref done(PyObject_CallMethodOneArg(variable, n->update_from_state, value));
-        return static_cast<bool>(done);
+        // `!=` itself, not RichCompareBool: no identity shortcut beyond what `!=` takes (an exact
+        // dict compares its values with RichCompareBool, identity first, as flax's `!=` does).
+        Ref ne(PyObject_RichCompare(ours.get(), theirs.get(), Py_NE));
+        if (!ne) return false;
+        const int differs = PyObject_IsTrue(ne.get());
+        if (differs <= 0) return differs == 0;
+        // get_metadata(): `self._var_metadata.copy()` (read again: the == ran Python code).
+        theirs = Ref(PyObject_GetAttr(value, n->var_metadata));
+        if (!theirs) return false;
+        Ref metadata(PyDict_CheckExact(theirs.get())
+                         ? PyDict_Copy(theirs.get())
+                         : PyObject_CallMethodNoArgs(theirs.get(), n->copy));
+        if (!metadata) return false;
+        for (PyObject* name : {n->hijax, n->ref}) {
+            Ref flag(PyObject_GetAttr(variable, name));  // self.hijax, self.ref (properties)
+            if (!flag || PyObject_SetItem(metadata.get(), name, flag.get()) < 0) return false;
+        }
+        if (!CheckCanUpdate(variable)) return false;
+        return PyObject_GenericSetAttr(variable, n->var_metadata, metadata.get()) == 0;
     }
 
  private:

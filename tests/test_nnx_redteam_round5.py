@@ -144,3 +144,127 @@ def test_splits_share_no_record_or_metadata() -> None:
     assert sorted(notes, key=str) == [None, "original"]
     assert not any(shared_records) and not any(shared_statics)
     assert not equal  # the edit shows in one GraphDef only
+
+
+# (f) An update from a Variable compared the metadata natively, then called flax's
+# update_from_state, which compared it again: a metadata value's __eq__ ran twice per update.
+# Also: a change to the state's dict made by that __eq__ raises as flax's loop over it raises.
+METADATA_EQ = r"""
+import sys
+import jax.numpy as jnp
+from flax import nnx
+CALLS = []
+class Tag:
+    def __init__(self, equal): self.equal = equal
+    def __eq__(self, other):
+        CALLS.append(1)
+        if HOLD.get("grow") is not None:
+            HOLD.pop("grow")["added"] = 1
+        return self.equal
+    __hash__ = object.__hash__
+HOLD = {}
+class M(nnx.Module):
+    def __init__(self, equal):
+        self.w = nnx.Param(jnp.ones(2), tag=Tag(equal))
+        self.v = nnx.Param(jnp.ones(3))
+equal = sys.argv[1] == "equal"
+m = M(equal)
+nnx.update(m, nnx.state(M(equal)))  # the first update of a root type is checked: not counted
+def run():
+    other = M(equal)
+    state = nnx.state(other)
+    if sys.argv[2] == "grow":
+        HOLD["grow"] = state._mapping
+    CALLS.clear()
+    nnx.update(m, state)
+    return [len(CALLS), m.w.get_metadata("tag") is other.w.get_metadata("tag"), sorted(state)]
+""" + OUTCOME
+
+
+@pytest.mark.parametrize("equal", ["equal", "different"])
+def test_update_runs_metadata_eq_once(equal: str) -> None:
+    outcome = same_outcome(METADATA_EQ, equal, "keep")
+    assert outcome == ["ok", [1, equal == "different", ["v", "w"]]]
+
+
+def test_update_state_changed_by_metadata_eq() -> None:
+    outcome = same_outcome(METADATA_EQ, "equal", "grow")
+    assert outcome == ["RuntimeError", "dictionary changed size during iteration"]
+
+
+# (h) A Variable class classified as plain by an earlier walk kept that classification after
+# its accessors were patched: the native walk read its slots where flax calls the new accessor.
+CLASS_PATCHED = r"""
+import jax.numpy as jnp
+from flax import nnx
+class P(nnx.Param):
+    pass
+m = nnx.Module()
+m.w = P(jnp.ones(2), note="kept")
+for _ in range(3):
+    graphdef, state = nnx.split(m)
+    nnx.merge(graphdef, state)
+def patched(self, *args, **kwargs):
+    return {"patched": True, "hijax": False, "ref": False}
+P.get_metadata = patched
+def run():
+    graphdef, state = nnx.split(m)
+    return [sorted(record.metadata) for record in graphdef.nodes
+            if type(record).__name__ == "VariableDef"]
+""" + OUTCOME
+
+
+def test_variable_class_patched_after_a_walk() -> None:
+    assert same_outcome(CLASS_PATCHED) == ["ok", [["hijax", "patched", "ref"]]]
+
+
+# (i) A module attribute added while flax's walk reads vars(module) (here by the truth of a
+# data flag): flax's generator raises; the native walk read a snapshot taken before.
+DICT_GROWN = r"""
+import jax.numpy as jnp
+from flax import nnx
+class M(nnx.Module):
+    def __init__(self):
+        self.a = nnx.Param(jnp.ones(2))
+        self.w = nnx.Param(jnp.ones(3))
+class Flag:
+    armed = False
+    def __bool__(self):
+        if Flag.armed:
+            Flag.armed = False
+            object.__setattr__(m, "extra", 1)
+        return True
+m = M()
+m._pytree__nodes._mapping["a"] = Flag()
+for _ in range(3):
+    nnx.split(m)
+def run():
+    Flag.armed = True
+    graphdef, state = nnx.split(m)
+    return sorted(state)
+""" + OUTCOME
+
+
+def test_module_dict_changed_during_the_walk() -> None:
+    outcome = same_outcome(DICT_GROWN)
+    assert outcome == ["RuntimeError", "dictionary changed size during iteration"]
+
+
+# (j) Tree mode: jax.tree_util over a Variable whose metadata has a key that is not a str.
+# flax's flatten sorts the metadata's items even for tree_leaves (TypeError); the native read
+# skipped the metadata when no aux data was asked for.
+METADATA_KEYS = r"""
+import jax, jax.numpy as jnp
+from flax import nnx
+for _ in range(100):  # past the first instances, which are checked against flax's flatten
+    jax.tree_util.tree_leaves(nnx.Param(jnp.ones(2)))
+variable = nnx.Param(jnp.ones(2))
+object.__getattribute__(variable, "_var_metadata")[1] = "x"
+def run():
+    return [len(jax.tree_util.tree_leaves(variable))]
+""" + OUTCOME
+
+
+def test_tree_leaves_of_a_variable_with_a_non_str_metadata_key() -> None:
+    outcome = same_outcome(METADATA_KEYS)
+    assert outcome[0] == "TypeError"
