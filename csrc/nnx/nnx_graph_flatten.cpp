@@ -6,8 +6,6 @@
 // RefMap, so a walk that gives up (kUnserved, returns 0) leaves flax's own function a clean start.
 #include "nnx/nnx_graph.h"
 
-#include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "attr/attr_mapping.h"
@@ -16,14 +14,6 @@
 
 namespace fastree::nnx_graph {
 namespace {
-
-// A (key, value) child of a node, and whether the node marks it data (1), static (0), or
-// leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
-struct Child {
-    Ref key;
-    Ref value;
-    int is_data;
-};
 
 class Walk {
  public:
@@ -112,11 +102,8 @@ class Walk {
     bool PushLeaf(PyObject* leaf) {
         PushNewRef(leaves_, leaf);
         if (!with_paths_) return true;
-        PyObject* path = PyTuple_New(static_cast<Py_ssize_t>(path_.size()));
+        PyObject* path = PathTuple(path_);
         if (path == nullptr) return false;
-        for (size_t i = 0; i < path_.size(); ++i) {
-            PyTuple_SET_ITEM(path, static_cast<Py_ssize_t>(i), Py_NewRef(path_[i]));
-        }
         PushOwned(paths_, path);
         return true;
     }
@@ -211,102 +198,6 @@ class Walk {
         if (!def) return kFailed;
         if (!PushLeaf(with_paths_ ? node : raw.get())) return kFailed;
         PushOwned(nodes_, def.release());
-        return kServed;
-    }
-
-    // Pytree._graph_node_flatten: sorted(vars(self).items()), wrapped by _pytree__nodes.
-    Step NnxPytreeChildren(PyObject* node, std::vector<Child>* children) {
-        const Names* n = GetNames();
-        Ref dict(PyObject_GetAttr(node, n->dict));
-        if (!dict) return kFailed;
-        if (!PyDict_CheckExact(dict.get())) return kNotServed;
-        {
-            // Served for exact str names only: known before any Python code runs.
-            Py_ssize_t pos = 0;
-            PyObject *key, *value;
-            while (PyDict_Next(dict.get(), &pos, &key, &value)) {
-                if (!PyUnicode_CheckExact(key)) return kNotServed;
-            }
-        }
-        Ref is_pytree_flag(PyObject_GetAttr(node, n->is_pytree));
-        if (!is_pytree_flag) return kFailed;
-        const int is_pytree = PyObject_IsTrue(is_pytree_flag.get());
-        if (is_pytree < 0) return kFailed;
-        Ref data_flags;  // _pytree__nodes._mapping
-        if (is_pytree) {
-            Ref nodes(PyObject_GetAttr(node, n->nodes));
-            if (!nodes) return kFailed;
-            if (Py_TYPE(nodes.get()) != reinterpret_cast<PyTypeObject*>(ctx_[kHashableMapping])) {
-                return kNotServed;
-            }
-            data_flags = Ref(PyObject_GetAttr(nodes.get(), n->mapping));
-            if (!data_flags) return kFailed;
-            if (!PyDict_CheckExact(data_flags.get())) return kNotServed;
-        }
-        // flax's items iterator starts here where the names are wrapped (its first generator
-        // takes it at once), else after the int-keys flag is read (the next one, or sorted()).
-        std::optional<LiveItems> items;
-        if (is_pytree) items.emplace(dict.get());
-        Ref int_keys_flag(PyObject_GetAttr(node, n->has_int_keys));
-        if (!int_keys_flag) return kFailed;
-        const int int_keys = PyObject_IsTrue(int_keys_flag.get());
-        if (int_keys < 0) return kFailed;
-        if (!is_pytree) items.emplace(dict.get());
-
-        // Read live, as flax's generators read it: judging an item can run Python code (a
-        // flag's truth, an allocation's GC), and a change to the dict meanwhile raises there.
-        for (;;) {
-            Child child{Ref(), Ref(), -1};
-            const int got = items->Next(&child.key, &child.value);
-            if (got < 0) return kFailed;
-            if (got == 0) break;
-            if (!PyUnicode_CheckExact(child.key.get())) return kNotServed;  // put in meanwhile
-            if (is_pytree) {
-                // `name in pytree_nodes and pytree_nodes[name]`
-                Ref flag = Ref::FromBorrowed(
-                    PyDict_GetItemWithError(data_flags.get(), child.key.get()));
-                if (!flag && PyErr_Occurred()) return kFailed;
-                child.is_data = flag ? PyObject_IsTrue(flag.get()) : 0;
-                if (child.is_data < 0) return kFailed;
-            }
-            if (int_keys) {  // _maybe_int(name)
-                child.key = Ref(attr::MaybeInt(child.key.get()));
-                if (!child.key) return kFailed;
-            }
-            children->push_back(std::move(child));
-        }
-        // sorted(): distinct str names by code point, or _type_aware_sort (stable) with ints.
-        std::stable_sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
-            return attr::KeyLess(a.key.get(), b.key.get());
-        });
-        return kServed;
-    }
-
-    // flax's own list/tuple/dict/None registrations: enumerate, sorted items, nothing.
-    Step BuiltinChildren(PyObject* node, int kind, std::vector<Child>* children) {
-        if (kind == kNone) return kServed;
-        if (kind == kList || kind == kTuple) {
-            const Py_ssize_t size = PySequence_Fast_GET_SIZE(node);
-            for (Py_ssize_t i = 0; i < size; ++i) {
-                // Re-read each time: making the index below can run the GC (rule 2).
-                Ref index(PyLong_FromSsize_t(i));
-                if (!index) return kFailed;
-                if (i >= PySequence_Fast_GET_SIZE(node)) break;
-                children->push_back(
-                    {std::move(index), Ref::FromBorrowed(PySequence_Fast_GET_ITEM(node, i)), -1});
-            }
-            return kServed;
-        }
-        // dict: sorted(x.items()), served for exact str keys (compared by code point) only.
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(node, &pos, &key, &value)) {
-            if (!PyUnicode_CheckExact(key)) return kNotServed;
-            children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
-        }
-        std::sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
-            return PyUnicode_Compare(a.key.get(), b.key.get()) < 0;
-        });
         return kServed;
     }
 
@@ -405,7 +296,7 @@ class Walk {
         Ref metadata;
         Step got;
         if (kind == kNnxPytree) {
-            got = NnxPytreeChildren(node, &children);
+            got = PytreeChildren(node, ctx_[kHashableMapping], &children);
             metadata = Ref::FromBorrowed(reinterpret_cast<PyObject*>(Py_TYPE(node)));
         } else if (kind >= kList && kind <= kDict) {
             got = BuiltinChildren(node, kind, &children);

@@ -85,11 +85,8 @@ class Gather {
             if (is < 0) return kFailed;
             if (is) return kNotServed;
         }
-        PyObject* path = PyTuple_New(static_cast<Py_ssize_t>(path_.size()));
+        PyObject* path = PathTuple(path_);
         if (path == nullptr) return kFailed;
-        for (size_t i = 0; i < path_.size(); ++i) {
-            PyTuple_SET_ITEM(path, static_cast<Py_ssize_t>(i), Py_NewRef(path_[i]));
-        }
         Ref held_path(path);
         PyObject* pair = PyTuple_Pack(2, path, value);
         if (pair == nullptr) return kFailed;

@@ -8,7 +8,6 @@
 // {key: value})`, which is the loop body for that key).
 #include <vector>
 
-#include "attr/attr_mapping.h"
 #include "nnx/nnx_graph.h"
 #include "nnx/nnx_graph_walk.h"
 #include "nnx/nnx_graph_variables.h"
@@ -98,49 +97,18 @@ class Walk {
         return static_cast<bool>(done);
     }
 
-    // node_impl.node_dict(node) for the served kinds, or null (no error) where not served.
+    // node_impl.node_dict(node) for the served kinds (flax's `flatten`, unwrapped, as a dict:
+    // the same children the flatten reads), or null (no error) where not served.
     Ref NodeDict(PyObject* node, int kind) {
-        const Names* n = GetNames();
+        std::vector<Child> children;
+        const Step got = kind == kNnxPytree
+                             ? PytreeChildren(node, Item(kUHashableMapping), &children)
+                             : BuiltinChildren(node, kind, &children);
+        if (got != kServed) return Ref();
         Ref out(PyDict_New());
         if (!out) return Ref();
-        if (kind == kNone) return out;
-        if (kind == kList || kind == kTuple) {
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(node); ++i) {
-                Ref index(PyLong_FromSsize_t(i));
-                if (!index || i >= PySequence_Fast_GET_SIZE(node)) return Ref();
-                Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(node, i));
-                if (PyDict_SetItem(out.get(), index.get(), item.get()) < 0) return Ref();
-            }
-            return out;
-        }
-        if (kind == kDict) {
-            // sorted(x.items()) as a dict: the same entries; served for exact str keys.
-            Py_ssize_t pos = 0;
-            PyObject *key, *value;
-            while (PyDict_Next(node, &pos, &key, &value)) {
-                if (!PyUnicode_CheckExact(key)) return Ref();
-            }
-            Ref copy(PyDict_Copy(node));
-            return copy;
-        }
-        // Pytree: vars(self), with int-like names as ints where the class has int keys.
-        Ref dict(PyObject_GetAttr(node, n->dict));
-        if (!dict) return Ref();
-        if (!PyDict_CheckExact(dict.get())) return Ref();
-        Ref int_keys_flag(PyObject_GetAttr(node, n->has_int_keys));
-        if (!int_keys_flag) return Ref();
-        const int int_keys = PyObject_IsTrue(int_keys_flag.get());
-        if (int_keys < 0) return Ref();
-        std::vector<std::pair<Ref, Ref>> items;
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(dict.get(), &pos, &key, &value)) {
-            if (!PyUnicode_CheckExact(key)) return Ref();
-            items.emplace_back(Ref::FromBorrowed(key), Ref::FromBorrowed(value));
-        }
-        for (auto& [key_ref, value_ref] : items) {
-            Ref name = int_keys ? Ref(attr::MaybeInt(key_ref.get())) : std::move(key_ref);
-            if (!name || PyDict_SetItem(out.get(), name.get(), value_ref.get()) < 0) return Ref();
+        for (const Child& child : children) {
+            if (PyDict_SetItem(out.get(), child.key.get(), child.value.get()) < 0) return Ref();
         }
         return out;
     }

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "util/pyutils.h"
 
@@ -255,5 +256,34 @@ class LiveItems {
     Py_ssize_t left_;
     Py_ssize_t pos_ = 0;
 };
+
+// The key path being walked as a tuple (a leaf's path in the flatten, a merged state's path).
+// A new reference, or null with an error set. `keys` are held by the caller throughout.
+inline PyObject* PathTuple(const std::vector<PyObject*>& keys) {
+    PyObject* path = PyTuple_New(static_cast<Py_ssize_t>(keys.size()));
+    if (path == nullptr) return nullptr;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        PyTuple_SET_ITEM(path, static_cast<Py_ssize_t>(i), Py_NewRef(keys[i]));
+    }
+    return path;
+}
+
+// A (key, value) child of a node, and whether the node marks it data (1), static (0), or
+// leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
+struct Child {
+    Ref key;
+    Ref value;
+    int is_data;
+};
+
+// Pytree._graph_node_flatten's nodes: `sorted(vars(self).items())`, names read as ints where
+// the class has int keys, each marked data or static by `_pytree__nodes` (an exact
+// `flags_type`, flax's HashableMapping). vars(self) is read live, as flax's generators read it.
+// kNotServed (nothing taken) for names other than exact str or flags of another type.
+Step PytreeChildren(PyObject* node, PyObject* flags_type, std::vector<Child>* children);
+
+// flax's own list/tuple/dict/None registrations: enumerate, sorted items (exact str keys only:
+// kNotServed otherwise), nothing. `kind` is kList, kTuple, kDict or kNone.
+Step BuiltinChildren(PyObject* node, int kind, std::vector<Child>* children);
 
 }  // namespace fastree::nnx_graph
