@@ -143,6 +143,16 @@ KindVersions() {
     return *versions;
 }
 
+// `entry` if it has a kind table entry's shape (int, impl, type); null with an error set if not.
+inline Ref CheckedEntry(Ref entry) {
+    if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
+        PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
+        return Ref();
+    }
+    return entry;
+}
+
 // The entry (kind, impl, impl.type) of `key` (a type) in a kind table (a dict the Python side's
 // `classify` fills), asking `classify` on a miss, or where the class changed since its entry
 // was made. Null with an error set.
@@ -150,6 +160,12 @@ inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
     // A new reference at once: the table is a dict the classifier (Python) writes to.
     Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
     if (!entry && PyErr_Occurred()) return Ref();
+    // A type no one can change (int, str, numpy's and jax's arrays: Py_TPFLAGS_IMMUTABLETYPE)
+    // keeps its entry without a look at its version: most lookups are of such leaf types.
+    if (entry && PyType_Check(key) &&
+        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(key), Py_TPFLAGS_IMMUTABLETYPE)) {
+        return CheckedEntry(std::move(entry));
+    }
     const unsigned int version =
         PyType_Check(key) ? TypeVersion(reinterpret_cast<PyTypeObject*>(key)) : 0;
     auto& versions = KindVersions();
@@ -170,12 +186,7 @@ inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
             versions[slot] = version;
         }
     }
-    if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
-        !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
-        PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
-        return Ref();
-    }
-    return entry;
+    return CheckedEntry(std::move(entry));
 }
 
 // The kind of a KindEntry result.
