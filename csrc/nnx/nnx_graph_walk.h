@@ -227,6 +227,14 @@ inline bool UnpackPair(PyObject* obj, Ref* first, Ref* second) {
     }
     Ref extra(PyIter_Next(it.get()));
     if (extra) {
+#if PY_VERSION_HEX >= 0x030E0000
+        // 3.14 names the count where the object has a length it knows.
+        if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyDict_CheckExact(obj)) {
+            PyErr_Format(PyExc_ValueError, "too many values to unpack (expected 2, got %zd)",
+                         PyObject_Length(obj));
+            return false;
+        }
+#endif
         PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
         return false;
     }
