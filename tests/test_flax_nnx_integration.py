@@ -8,7 +8,7 @@ What is pinned:
   and rebuilt trees, GraphDefs, states, merges, nnx.jit results and in-place updates plainly and
   under ``python -m fastree.run``, and flax's classes are then read natively;
 * a flax version the integration does not know keeps flax's functions, with the same results;
-* the mapping layout itself (csrc/attr_mapping.h) on classes made here, without flax.
+* the mapping layout itself (csrc/attr/attr_mapping.h) on classes made here, without flax.
 
 The child processes compare with flax and JAX themselves: the plain run is their own code.
 """

@@ -6,7 +6,7 @@ flatten, a property, a key maker, or any allocation, which can run the cyclic GC
 finalizers), that code can find it through ``gc.get_referrers`` / ``gc.get_objects``: reading an
 empty slot crashes, and resizing it frees the slots the walker writes to (repro_15). Every walker
 now makes its outputs' items first and the container last (``NewSequenceOf`` in
-``csrc/pyutils.h``, ``MapSequence`` in ``csrc/treedef/map_single_pass.cpp``).
+``csrc/util/pyutils.h``, ``MapSequence`` in ``csrc/treedef/map_single_pass.cpp``).
 
 These tests play the hostile program in a child interpreter (a crash fails the test instead of
 ending the run), over every entry point that builds a container:

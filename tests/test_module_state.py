@@ -1,4 +1,4 @@
-"""The core's module state (csrc/module_state.h): one object, ``fastree._core._module_state``,
+"""The core's module state (csrc/binding/module_state.h): one object, ``fastree._core._module_state``,
 owns every reference the core keeps between calls and shows them to the garbage collector.
 
 Pins: the collector sees what the state holds (a hook installed through the core's setters is a

@@ -195,7 +195,7 @@ def test_sequence_keys_of_a_long_list():
 
 # ------------------------------------------------------------------------------------------------
 # deep paths: past the first few levels, a path tuple's references to its (shared, cached) key
-# entries are added per distinct entry (csrc/path_stack.h); counts must come out exactly right.
+# entries are added per distinct entry (csrc/util/path_stack.h); counts must come out exactly right.
 
 
 class _Watched:

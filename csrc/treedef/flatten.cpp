@@ -9,16 +9,16 @@
 #include <unordered_map>
 #include <utility>
 
-#include "aux_check.h"
-#include "dict_items.h"
-#include "keys.h"
-#include "kinds_read.h"
-#include "path_stack.h"
-#include "pointer_map.h"
-#include "pyutils.h"
-#include "scratch.h"
-#include "treedef.h"
-#include "walkers.h"
+#include "diagnostics/aux_check.h"
+#include "registry/dict_items.h"
+#include "registry/keys.h"
+#include "registry/kinds_read.h"
+#include "util/path_stack.h"
+#include "util/pointer_map.h"
+#include "util/pyutils.h"
+#include "util/scratch.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

@@ -8,15 +8,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include "aux_check.h"
-#include "dict_items.h"
-#include "jax_texts.h"
-#include "kinds_read.h"
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "scratch.h"
-#include "treedef.h"
-#include "walkers.h"
+#include "diagnostics/aux_check.h"
+#include "registry/dict_items.h"
+#include "registry/jax_texts.h"
+#include "registry/kinds_read.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "util/scratch.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

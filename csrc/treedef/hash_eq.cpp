@@ -10,11 +10,11 @@
 #include <cstring>
 #include <string>
 
-#include "jax_texts.h"
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
+#include "registry/jax_texts.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
 
 namespace fastree {
 namespace {

@@ -7,11 +7,11 @@
 // pass. The results are the general path's exactly (the same node bytes, so treedefs compare
 // and hash equal); anything the fast path cannot decide without running Python code (a type not
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "small_vector.h"
-#include "treedef.h"
-#include "walkers.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "util/small_vector.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

@@ -8,13 +8,13 @@
 // (interleaving measured 8% slower on transformer trees).
 #include <optional>
 
-#include "module_state.h"
-#include "pyutils.h"
-#include "scratch.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "unflatten_with.h"
-#include "walkers.h"
+#include "binding/module_state.h"
+#include "util/pyutils.h"
+#include "util/scratch.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/unflatten_with.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

@@ -35,14 +35,14 @@
 #include <memory>
 #include <vector>
 
-#include "aux_check.h"
-#include "dict_items.h"
-#include "pointer_map.h"
-#include "kinds_read.h"
-#include "pyutils.h"
-#include "small_vector.h"
-#include "treedef.h"
-#include "walkers.h"
+#include "diagnostics/aux_check.h"
+#include "registry/dict_items.h"
+#include "util/pointer_map.h"
+#include "registry/kinds_read.h"
+#include "util/pyutils.h"
+#include "util/small_vector.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

@@ -1,12 +1,12 @@
 // PyTreeDef._nodes(): the core's own description of every node, so the Python layer (diffs,
 // fingerprints, serialization, audits) reads kinds and child keys instead of re-deriving them
 // from types and node data.
-#include "keys.h"
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "walkers.h"
+#include "registry/keys.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

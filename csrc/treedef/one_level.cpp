@@ -1,12 +1,12 @@
 // flatten_one_level(_with_keys): the root's children and node data, in the container shapes
 // JAX returns (a list stays a list, a tuple a tuple, dict values come as a tuple, ...).
-#include "custom_output.h"
-#include "keys.h"
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "walkers.h"
+#include "registry/custom_output.h"
+#include "registry/keys.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 namespace {

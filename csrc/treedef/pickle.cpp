@@ -6,11 +6,11 @@
 // Classes pickle by qualified name, so unpickling needs the same node types importable and
 // registered; the structure is rebuilt through the same validation as
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "walkers.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 

@@ -3,10 +3,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
 
 namespace fastree {
 

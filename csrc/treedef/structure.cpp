@@ -3,13 +3,13 @@
 #include <string>
 #include <unordered_map>
 
-#include "keys.h"
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "walkers.h"
-#include "unflatten_with.h"
+#include "registry/keys.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
+#include "treedef/unflatten_with.h"
 
 namespace fastree {
 namespace {

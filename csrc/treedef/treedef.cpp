@@ -2,8 +2,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "pyutils.h"
-#include "treedef.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
 
 namespace fastree {
 

@@ -1,13 +1,13 @@
 // The PyTreeDef Python type: slots, methods, and the GC protocol.
 #include <new>
 
-#include "aux_check.h"
-#include "module_state.h"
-#include "pyutils.h"
-#include "node_kinds.h"
-#include "treedef.h"
-#include "treedef_ops.h"
-#include "walkers.h"
+#include "diagnostics/aux_check.h"
+#include "binding/module_state.h"
+#include "util/pyutils.h"
+#include "registry/node_kinds.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
 // After Python.h (pulled in above): structmember.h relies on its types.
 #include <structmember.h>
 

@@ -1,8 +1,8 @@
 // Unflatten: (treedef, leaves) -> tree. Walks the post-order nodes with a value stack.
-#include "pyutils.h"
-#include "treedef.h"
-#include "walkers.h"
-#include "unflatten_with.h"
+#include "util/pyutils.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
+#include "treedef/unflatten_with.h"
 
 namespace fastree {
 bool CheckLeafCount(const TreeDef& def, Py_ssize_t n) {

@@ -6,11 +6,11 @@
 #include <memory>
 #include <unordered_map>
 
-#include "node_kinds.h"
-#include "pyutils.h"
-#include "scratch.h"
-#include "treedef.h"
-#include "walkers.h"
+#include "registry/node_kinds.h"
+#include "util/pyutils.h"
+#include "util/scratch.h"
+#include "treedef/treedef.h"
+#include "treedef/walkers.h"
 
 namespace fastree {
 

@@ -59,7 +59,7 @@ class PyTreeDef:
 # The type of `_module_state` (not a module attribute at runtime).
 class ModuleState:
     """The core's module state: owns every reference the core keeps between calls and shows
-    them to the garbage collector (csrc/module_state.h)."""
+    them to the garbage collector (csrc/binding/module_state.h)."""
 
 _module_state: ModuleState
 
@@ -202,7 +202,7 @@ def set_jax_texts(
 def set_strict_aux(strict: bool) -> None: ...
 def strict_aux() -> bool: ...
 
-# flax.nnx graph mode (csrc/nnx_graph.h; used by fastree.integrations.flax_nnx_graph only). Each
+# flax.nnx graph mode (csrc/nnx/nnx_graph.h; used by fastree.integrations.flax_nnx_graph only). Each
 # takes the context tuple that module builds; None means "not served: run flax's function".
 def nnx_graph_flatten(
     node: Any,

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from . import _core
 from .jax_interop.compat import tree_util as _jtu
 
-# flatten's RecursionError text (csrc/treedef.h, kFlattenRecursionWhere, after CPython's own
+# flatten's RecursionError text (csrc/treedef/treedef.h, kFlattenRecursionWhere, after CPython's own
 # "maximum recursion depth exceeded"); tests/test_walkers.py checks that the two agree.
 FLATTEN_RECURSION_MESSAGE = (
     "maximum recursion depth exceeded in flatten; PyTree may have cyclical node references."

@@ -14,7 +14,7 @@ run inside the walk, where JAX runs nothing but the tree's own functions, so the
 code (no ``==``, no ``hash``, no attribute hook) that could change the walk. Only
 ``fastree.audit``, which the user calls, probes ``==``.
 
-Split of the work (the contract is in ``csrc/aux_check.h``):
+Split of the work (the contract is in ``csrc/diagnostics/aux_check.h``):
 
 * the core walks aux_data made of atoms (None, bool, numbers, str, bytes, classes) and the
   built-in containers in C, with no Python call;

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from typing import Any
 
-VARIABLE, UNSERVED = 2, 10  # csrc/nnx_graph.h, Kind
+VARIABLE, UNSERVED = 2, 10  # csrc/nnx/nnx_graph.h, Kind
 
 
 class Undecidable(Exception):

@@ -460,7 +460,7 @@ def jax_treedef_from_state(nodes: list[tuple[Any, ...]]) -> Any:
 
 # ------------------------------------------------------------------------------------------------
 # Texts that changed between JAX releases, asked of the installed JAX once (see also
-# csrc/jax_texts.h, which the core is handed the first two through _core.set_jax_texts)
+# csrc/registry/jax_texts.h, which the core is handed the first two through _core.set_jax_texts)
 
 
 def _jax_error_text(call: Callable[[], Any]) -> str:

@@ -1,4 +1,4 @@
-"""Key-path entries for the core's key cache (csrc/keys.cpp), made so that running out of memory
+"""Key-path entries for the core's key cache (csrc/registry/keys.cpp), made so that running out of memory
 raises ``MemoryError`` instead of killing the process.
 
 jaxlib's key classes (``SequenceKey``, ``DictKey``, ...) are nanobind types, and on every

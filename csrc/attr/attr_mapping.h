@@ -1,0 +1,64 @@
+// The mapping layout of attribute nodes: a class whose children are the instance's own
+// attributes that a per-instance mapping marks as data (flax.nnx's Pytree and Module classes).
+//
+// Layout (what one instance gives), as flax.nnx 0.12's Pytree._pytree__flatten reads it:
+//   fields    every entry of the instance __dict__ (exact str names), in sorted name order; where
+//             the class or instance says its names may be integers (int_keys_attr, a bool),
+//             each name int() can read is that int, and the ints come first, in value order.
+//   split     a field is data when the mapping found at flags_attr (the instance __dict__ first,
+//             then the class) holds True for its name (str(name) for an int name); it is static
+//             otherwise. The mapping is an instance of flags_type whose flags_inner attribute is
+//             an exact dict of exact bools.
+//   children  the data fields' values, in order; keys GetAttrKey(name) or SequenceKey(int).
+//   aux data  (tuple(data names), tuple(static names), tuple(static values)).
+//   rebuild   object.__new__(cls), then object.__setattr__(str(name), value) for each data field,
+//             then for each static one. __init__ never runs.
+//
+// Anything else (a __dict__ that is not an exact dict, a name that is not an exact str, a
+// mapping of another type or a flag that is not a bool, two names reading as one int) is not
+// read natively: the read answers kLibraryOnce, and the library's own functions answer for that
+// instance.
+#pragma once
+
+#include <Python.h>
+
+#include "attr/attr_node.h"
+
+namespace fastree {
+namespace attr {
+
+// The node's mapping-layout settings (all owned by the node; interned names).
+struct MappingLayout {
+    PyObject* flags_attr;     // "_pytree__nodes": where the name -> is-data mapping lives
+    PyObject* flags_type;     // the mapping's exact class (flax's HashableMapping)
+    PyObject* flags_inner;    // "_mapping": the mapping's attribute holding its dict
+    PyObject* int_keys_attr;  // "_pytree__has_int_keys": whether names may read as ints
+};
+
+// Reads a plain instance (`dict`: its exact __dict__) into `out`. kNative, kLibraryOnce (not
+// readable natively, nothing read), or kError.
+Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields* out);
+
+// Whether `aux` has this layout's shape for `arity` children: false with a ValueError set.
+bool CheckMappingAux(const AttrNode* node, PyObject* aux, Py_ssize_t arity);
+
+// Rebuilds an instance (aux checked by the caller). Null with an error set.
+PyObject* BuildMapping(const AttrNode* node, PyObject* aux, PyObject* const* children,
+                       Py_ssize_t n);
+
+// The key of child k: GetAttrKey(name) or SequenceKey(int). A new reference.
+PyObject* MappingChildKey(PyObject* aux, Py_ssize_t k);
+
+// object.__new__(cls) (attr_node.cpp).
+PyObject* NewInstance(PyObject* cls);
+
+// nnx's key order, shared by the mapping layout and flax's graph walk (nnx_graph):
+// `name` as int() reads it, or `name` itself (a new reference); null with an error set on a
+// failure other than the ValueError of a name that is no integer.
+PyObject* MaybeInt(PyObject* name);
+// Ints before strs; ints by value, strs by code point (sorted()'s order for such keys, and
+// flax's _type_aware_sort). Exact int and str only: no Python code runs.
+bool KeyLess(PyObject* a, PyObject* b);
+
+}  // namespace attr
+}  // namespace fastree

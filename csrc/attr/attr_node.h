@@ -1,0 +1,136 @@
+// Attribute nodes: classes whose children are named attributes of the instance (equinox Modules,
+// frozen dataclasses built without __init__). One AttrNode object per registered class holds its
+// layout and serves both sides:
+//   - fastree's walkers read it natively (NodeKind::kAttribute, kinds_read.h), with no Python
+//     frame per node;
+//   - JAX is handed its C-implemented flatten / flatten_with_keys / unflatten methods, so JAX's
+//     own tree functions and jit dispatch run it without a Python frame either.
+//
+// Layout (what one instance gives):
+//   children  the data fields, in order, each read from the instance's own storage (its
+//             __dict__, or a slot): never a class attribute, a property or __getattr__.
+//   aux data  a tuple: the meta fields' values, in order, preceded (if extra fields are given)
+//             by one item for the extra fields: `missing` when the instance __dict__ holds
+//             exactly as many entries as there are data and meta fields, else the tuple of the
+//             extra fields' values (each `missing` where absent). This is equinox's layout for
+//             the attributes functools.wraps copies onto a Module.
+//   absent    an absent data or meta field reads as `missing` when one is given, and is an
+//             AttributeError otherwise.
+//   rebuild   object.__new__(cls), then object.__setattr__ for each data field, the extra
+//             fields written into the instance __dict__ (when not `missing`), then each meta
+//             field; a field whose value is `missing` is left unset. __init__ never runs.
+//
+// A third layout, flax.nnx's (mapping): the fields are whatever the instance __dict__ holds,
+// split into children and static values by a mapping the instance carries (attr_mapping.h).
+//
+// A fourth, flax.nnx's Variable's (meta_items): the children are the data fields as above
+// (keys may be given other names: key_names), the aux data the sorted items of the one meta
+// field, a dict; a rebuild calls the class's own constructor method (rebuild_with).
+//
+// A second aux layout, chex's (names_as_aux): the aux data is the tuple of the data field names,
+// the children are in that order, and an instance whose __dict__ holds other names is one the
+// library answers for (delegate_irregular). A rebuild may set the fields in another order
+// (rebuild_order: the class's field order) and then call __post_init__ (post_init).
+//
+// Checked use: an integration (python/fastree/integrations/) may attach a checker and the
+// library's own functions. The checker runs on the first instances (and on instances whose
+// __dict__ holds other than the fields) before any native output leaves; if it finds a
+// difference, the node delegates to the library's functions from then on (use_library).
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+#include "util/pyutils.h"
+
+namespace fastree {
+namespace attr {
+
+// A `slots` entry: the field is read through getattr (a slot descriptor that belongs to
+// another class: FindSlots).
+constexpr Py_ssize_t kReadByGetAttr = -1;
+
+struct AttrNode {
+    PyObject_HEAD
+    // The layout (immutable once made). All owned; all visited by the GC.
+    PyObject* cls;           // the class (a type)
+    PyObject* data_fields;   // tuple of interned str: the children, in order
+    PyObject* meta_fields;   // tuple of interned str: the aux data values, in order
+    PyObject* extra_fields;  // tuple of interned str, or null: see "aux data" above
+    PyObject* missing;       // what an absent field reads as, or null: absent is an error
+    PyObject* keys;          // tuple of GetAttrKey, one per data field
+    PyObject* regular_aux;   // the aux of an instance holding exactly its fields, when it has
+                             // no meta fields ((missing,) or ()): shared, made once
+    PyObject* last_aux;      // the last aux tuple made for a regular instance, or null: handed
+                             // out again while the values read are the very same objects (a
+                             // model's layers share their static values; an aux tuple per node
+                             // per flatten was most of a treedef's cost, and fed the cyclic GC)
+    uint64_t aux_stamp;      // aux::CheckStamped's record for last_aux / regular_aux
+    Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
+                             // from __dict__, kReadByGetAttr if through getattr (FindSlots)
+                             // from __dict__ (PyMem; null when no field is a slot)
+    Py_ssize_t* rebuild_order;  // data field indices in the order a rebuild sets them (PyMem;
+                                // null: in order)
+    bool fields_all_slots;  // every data and meta field is an own slot, none extra: __dict__
+                            // is never read
+    bool names_as_aux;  // the aux data is data_fields itself (chex); no meta or extra fields
+    bool meta_items;    // the aux data is tuple(sorted(m.items())) for the one meta field m, an
+                        // exact dict of exact str keys (flax.nnx's Variable metadata)
+    PyObject* rebuild_with;  // or null: a rebuild is getattr(cls, rebuild_with)(*children,
+                             // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
+    PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
+                              // Variable._new makes it (nnx_graph_variables.h, NewVariable);
+                              // (TraceState, OpaqueTraceState, current_jax_trace, trace_ctx)
+    bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
+    bool delegate_irregular;  // instances holding other than the fields: the library answers
+    // Checking against the library (null / 0 / false for a node registered directly).
+    PyObject* checker;                    // checker(obj) -> bool
+    PyObject* library_flatten;            // the library's own functions
+    PyObject* library_flatten_with_keys;
+    PyObject* library_unflatten;
+    int checks_left;            // instances still to check
+    int irregular_checks_left;  // of those whose __dict__ holds other than the fields
+    bool use_library;           // a check failed: the library's functions answer
+    struct MappingLayout* mapping;  // or null: the mapping layout's settings (attr_mapping.h;
+                                    // PyMem, its references owned and visited by the GC)
+    PyObject* trusted_getattribute;  // or null: a class-level __getattribute__ (the library's
+                                     // own) under which an instance still reads natively
+    PyObject* weakrefs;
+};
+
+// Creates the AttrNode type; null with an error set. Called once, at module init.
+PyTypeObject* CreateType();
+bool IsNode(PyObject* obj);
+inline AttrNode* AsNode(PyObject* obj) { return reinterpret_cast<AttrNode*>(obj); }
+
+// What a read of one instance found: its children (owned) and, if asked for, its aux data.
+struct Fields {
+    RefSmallVector<16> children;
+    Ref aux;
+};
+
+// kLibrary: the node now delegates for good (a check failed). kLibraryOnce: this instance is one
+// the library answers for (delegate_irregular), the node stays native.
+enum class Outcome : uint8_t { kNative, kLibrary, kLibraryOnce, kError };
+
+// Reads `obj` natively into `out` (aux only if want_aux). Runs the checker first where one is
+// due: kLibrary when the node now delegates to the library (nothing read), kError with an error
+// set. `obj` must be an instance of node->cls.
+Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out);
+
+// Rebuilds an instance from aux data and `n` children (borrowed). Null with an error set when
+// the aux data or the number of children does not fit the layout.
+PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n);
+
+// Whether `aux` fits the layout (a tuple of the right length; of `arity` names when the names
+// are the aux data): false with a ValueError set.
+bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity);
+
+// The key of child k of a node with aux data `aux` (a new reference).
+PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k);
+
+inline Py_ssize_t NumChildren(const AttrNode* node) { return PyTuple_GET_SIZE(node->data_fields); }
+
+}  // namespace attr
+}  // namespace fastree

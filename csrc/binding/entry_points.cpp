@@ -1,0 +1,181 @@
+// The hot module-level functions, as raw METH_FASTCALL | METH_KEYWORDS C functions.
+//
+// pybind11's dispatcher costs a few hundred nanoseconds per call (argument loaders, overload
+// resolution, casting the result), which is the whole budget of flattening a 3-leaf tuple. These
+// wrappers only parse arguments and shape results; the work is in treedef/*.cpp.
+#include "binding/entry_points.h"
+
+#include <optional>
+
+#include "util/pyutils.h"
+#include "util/scratch.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
+#include "treedef/walkers.h"
+
+namespace fastree {
+namespace {
+
+constexpr const char* kTreeIsLeaf[] = {"tree", "is_leaf"};
+constexpr const char* kTreeIsLeafPath[] = {"tree", "is_leaf", "is_leaf_takes_path"};
+constexpr const char* kMapNames[] = {"f", "tree", "is_leaf"};
+constexpr const char* kMapPathNames[] = {"f", "tree", "is_leaf", "is_leaf_takes_path"};
+constexpr const char* kUnflattenNames[] = {"treedef", "leaves"};
+
+PyObject* ListFrom(std::vector<PyObject*>& items) {
+    PyObject* list = StealIntoList(items);
+    if (list == nullptr) DecrefAll(items);
+    return list;
+}
+
+// flatten with or without paths; returns (list, treedef) or just one of them.
+enum class Want { kLeaves, kStructure, kBoth };
+
+PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
+    if (is_leaf == nullptr && !with_path) {
+        if (PyObject* out = FlattenLeafSequence(tree, want != Want::kStructure,
+                                                want != Want::kLeaves)) {
+            return out;
+        }
+        if (PyErr_Occurred()) return nullptr;
+    }
+    TreeDef def;
+    ScratchVector leaves_buf;
+    std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
+    RefVector no_paths;
+    if (with_path) paths_buf.emplace();
+    std::vector<PyObject*>& leaves = leaves_buf.get();
+    std::vector<PyObject*>& paths = with_path ? paths_buf->get() : no_paths;
+    const bool need_def = want != Want::kLeaves;
+    if (!Flatten(tree, is_leaf, takes_path, need_def ? &def : nullptr, &leaves,
+                 with_path ? &paths : nullptr)) {
+        DecrefAll(leaves);
+        DecrefAll(paths);
+        return nullptr;
+    }
+    if (with_path) DecrefAll(leaves);
+    std::vector<PyObject*>& out = with_path ? paths : leaves;
+    if (want == Want::kStructure) {
+        DecrefAll(out);
+        return WrapTreeDef(std::move(def));
+    }
+    Ref list(ListFrom(out));
+    if (!list || want == Want::kLeaves) return list.release();
+    Ref td(WrapTreeDef(std::move(def)));
+    if (!td) return nullptr;
+    PyObject* pair = PyTuple_New(2);
+    if (pair == nullptr) return nullptr;
+    PyTuple_SET_ITEM(pair, 0, list.release());  // steals
+    PyTuple_SET_ITEM(pair, 1, td.release());
+    return pair;
+}
+
+PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames, Want want) {
+    PyObject* a[2];
+    if (!ParseArgs({name, kTreeIsLeaf, 2, 1}, args, nargs, kwnames, a)) return nullptr;
+    return DoFlatten(a[0], OptionalArg(a[1]), false, false, want);
+}
+
+PyObject* FlattenWithPathEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames, Want want) {
+    PyObject* a[3];
+    if (!ParseArgs({name, kTreeIsLeafPath, 3, 1}, args, nargs, kwnames, a)) return nullptr;
+    int takes_path = TruthArg(a[2]);
+    if (takes_path < 0) return nullptr;
+    return DoFlatten(a[0], OptionalArg(a[1]), takes_path != 0, true, want);
+}
+
+}  // namespace
+
+PyObject* TreeFlatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_flatten", args, nargs, kwnames, Want::kBoth);
+}
+
+PyObject* TreeLeaves(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_leaves", args, nargs, kwnames, Want::kLeaves);
+}
+
+PyObject* TreeStructure(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return FlattenEntry("tree_structure", args, nargs, kwnames, Want::kStructure);
+}
+
+PyObject* TreeFlattenWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kwnames) {
+    return FlattenWithPathEntry("tree_flatten_with_path", args, nargs, kwnames, Want::kBoth);
+}
+
+PyObject* TreeLeavesWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames) {
+    return FlattenWithPathEntry("tree_leaves_with_path", args, nargs, kwnames, Want::kLeaves);
+}
+
+PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[2];
+    if (!ParseArgs({"tree_unflatten", kUnflattenNames, 2, 2}, args, nargs, kwnames, a)) {
+        return nullptr;
+    }
+    if (!IsTreeDef(a[0])) {
+        // JAX's tree_unflatten is `treedef.unflatten(leaves)`: a JAX treedef works, and
+        // anything else fails the way that method call fails (AttributeError for None, ...).
+        Ref method(PyUnicode_InternFromString("unflatten"));
+        if (!method) return nullptr;
+        PyObject* call[2] = {a[0], a[1]};
+        return PyObject_VectorcallMethod(method.get(), call, 2, nullptr);
+    }
+    return UnflattenIterable(DefOf(a[0]), a[1]);
+}
+
+PyObject* TreeMap(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[3];
+    PyObject* const* rest;
+    Py_ssize_t num_rest;
+    ArgSpec spec{"tree_map", kMapNames, 3, 2, /*rest_after=*/2};
+    if (!ParseArgs(spec, args, nargs, kwnames, a, &rest, &num_rest)) return nullptr;
+    return Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), false, false);
+}
+
+PyObject* TreeMapWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[4];
+    PyObject* const* rest;
+    Py_ssize_t num_rest;
+    ArgSpec spec{"tree_map_with_path", kMapPathNames, 4, 2, /*rest_after=*/2};
+    if (!ParseArgs(spec, args, nargs, kwnames, a, &rest, &num_rest)) return nullptr;
+    int takes_path = TruthArg(a[3]);
+    if (takes_path < 0) return nullptr;
+    return Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), true, takes_path != 0);
+}
+
+PyObject* AllLeaves(PyObject*, PyObject* iterable) {
+    Ref it(PyObject_GetIter(iterable));
+    if (!it) return nullptr;
+    while (Ref item{PyIter_Next(it.get())}) {
+        if (!registry::Classify(item.get())->IsLeaf()) Py_RETURN_FALSE;
+    }
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_TRUE;
+}
+
+PyObject* FlattenOneLevelEntry(PyObject*, PyObject* tree) { return FlattenOneLevelPy(tree, false); }
+
+PyObject* FlattenOneLevelWithKeysEntry(PyObject*, PyObject* tree) {
+    return FlattenOneLevelPy(tree, true);
+}
+
+PyObject* IsNodeType(PyObject*, PyObject* type) {
+    // JAX's registry answers False for an object that is not a type, and rejects None (its
+    // binding's argument conversion fails); the same here.
+    if (type == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "is_tree_node() expects a type, got None.");
+        return nullptr;
+    }
+    if (!PyType_Check(type)) Py_RETURN_FALSE;
+    const Registration* reg = registry::ClassifyType(reinterpret_cast<PyTypeObject*>(type));
+    return PyBool_FromLong(!reg->IsLeaf());
+}
+
+PyObject* TreeDefTupleEntry(PyObject*, PyObject* treedefs) { return TreeDefTuple(treedefs); }
+
+PyObject* TreeDefFromState(PyObject*, PyObject* state) { return FromState(state); }
+
+}  // namespace fastree

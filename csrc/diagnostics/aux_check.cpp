@@ -1,0 +1,189 @@
+#include "diagnostics/aux_check.h"
+
+#include <utility>
+
+#include "binding/module_state.h"
+#include "util/pyutils.h"
+
+namespace fastree {
+namespace aux {
+
+namespace {
+
+// The hooks, strict mode and verdicts live in the module state (module_state.h).
+AuxState& S() { return ModState().aux; }
+
+void ClearVerdicts() {
+    // Moved out first, released when `old` dies: releasing a type can run Python code.
+    auto old = std::move(S().verdicts);
+    S().verdicts.clear();
+    ++S().epoch;
+}
+
+enum class Walk { kPlain, kReport, kError };
+
+bool IsAtom(PyTypeObject* t) {
+    return t == Py_TYPE(Py_None) || t == &PyBool_Type || t == &PyLong_Type ||
+           t == &PyFloat_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
+           t == &PyComplex_Type || PyType_FastSubclass(t, Py_TPFLAGS_TYPE_SUBCLASS);
+}
+
+// Asks the classifier (once per type) whether instances of `t` are plain static data.
+Walk Classify(PyObject* value) {
+    PyTypeObject* t = Py_TYPE(value);
+    AuxState& s = S();
+    auto it = s.verdicts.find(t);
+    if (it != s.verdicts.end()) return it->second.plain ? Walk::kPlain : Walk::kReport;
+    if (!s.classify) return Walk::kReport;
+    PyObject* args[2] = {reinterpret_cast<PyObject*>(t), value};
+    Ref classify = Ref::FromBorrowed(s.classify.get());  // the hooks may be replaced while it runs
+    Ref r(PyObject_Vectorcall(classify.get(), args, 2, nullptr));
+    if (!r) return Walk::kError;
+    int plain = PyObject_IsTrue(r.get());
+    if (plain < 0) return Walk::kError;
+    if (s.verdicts.size() > 1024) ClearVerdicts();
+    // `value` holds `t`, so the verdict's reference is never the last one here.
+    s.verdicts.try_emplace(t, AuxState::Verdict{Ref::FromBorrowed(reinterpret_cast<PyObject*>(t)),
+                                                plain != 0});
+    return plain ? Walk::kPlain : Walk::kReport;
+}
+
+// *frozen is cleared when the walk meets a mutable container, whose contents may change later.
+Walk Visit(PyObject* value, int depth, bool* frozen) {
+    PyTypeObject* t = Py_TYPE(value);
+    if (IsAtom(t)) return Walk::kPlain;
+    if (depth > 16) return Walk::kReport;  // let the reporter look at pathological nesting
+    const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
+    const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
+    if (mutable_container) *frozen = false;
+    if (mutable_container && S().strict) return Walk::kReport;  // unhashable: strict rejects it
+    // The classifier is Python code (fastree's own, judging by type: no user code), and any
+    // allocation may run the GC and its finalizers, which may mutate or free what we are
+    // walking: hold a reference to every item while it is visited, and re-read a list's size
+    // each step.
+    if (t == &PyTuple_Type || t == &PyList_Type) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
+            Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(value, i));
+            Walk w = Visit(item.get(), depth + 1, frozen);
+            if (w != Walk::kPlain) return w;
+        }
+        return Walk::kPlain;
+    }
+    if (t == &PyDict_Type) {
+        Ref items(PyDict_Items(value));  // a snapshot the walk owns
+        if (!items) return Walk::kError;
+        Walk w = Walk::kPlain;
+        for (Py_ssize_t i = 0; w == Walk::kPlain && i < PyList_GET_SIZE(items.get()); ++i) {
+            PyObject* pair = PyList_GET_ITEM(items.get(), i);
+            w = Visit(PyTuple_GET_ITEM(pair, 0), depth + 1, frozen);
+            if (w == Walk::kPlain) w = Visit(PyTuple_GET_ITEM(pair, 1), depth + 1, frozen);
+        }
+        return w;
+    }
+    if (hashable_container || t == &PySet_Type) {  // frozenset/set (tuples were done above)
+        Ref it(PyObject_GetIter(value));
+        if (!it) return Walk::kError;
+        Walk w = Walk::kPlain;
+        while (w == Walk::kPlain) {
+            Ref item(PyIter_Next(it.get()));
+            if (!item) break;
+            w = Visit(item.get(), depth + 1, frozen);
+        }
+        if (PyErr_Occurred()) return Walk::kError;
+        return w;
+    }
+    return Classify(value);
+}
+
+// reporter(node_type, aux, root, [is_leaf=...], [key_path=...]). False with its error set.
+bool Report(const AuxState::PendingReport& report) {
+    PyObject* args[5] = {report.node_type.get(), report.aux.get(), report.root.get()};
+    Py_ssize_t nkw = 0;
+    Ref kwnames(PyTuple_New(static_cast<bool>(report.is_leaf) + static_cast<bool>(report.key_path)));
+    if (!kwnames) return false;
+    if (report.is_leaf) {
+        PyObject* name = PyUnicode_InternFromString("is_leaf");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = report.is_leaf.get();
+    }
+    if (report.key_path) {
+        PyObject* name = PyUnicode_InternFromString("key_path");
+        if (name == nullptr) return false;
+        PyTuple_SET_ITEM(kwnames.get(), nkw, name);
+        args[3 + nkw++] = report.key_path.get();
+    }
+    // The hooks may be replaced (or cleared) while the walk or the reporter runs.
+    Ref reporter = Ref::FromBorrowed(S().reporter.get());
+    if (!reporter) return true;
+    Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
+    return static_cast<bool>(r);
+}
+
+}  // namespace
+
+ReportScope::ReportScope() { ++S().report_depth; }
+
+ReportScope::~ReportScope() {
+    if (--S().report_depth == 0 && !S().pending.empty()) {
+        // Moved out first: releasing the references can run Python code.
+        auto dropped = std::move(S().pending);
+        S().pending.clear();
+    }
+}
+
+bool ReportScope::Flush() {
+    if (S().report_depth != 1) return true;  // a nested entry point: the outermost reports
+    while (!S().pending.empty()) {
+        // Taken out one at a time: the reporter may call fastree again (its own scope then
+        // reports at once only if it is outermost, which it is not: depth stays 1 here).
+        std::vector<AuxState::PendingReport> batch = std::move(S().pending);
+        S().pending.clear();
+        for (const auto& report : batch) {
+            if (!Report(report)) return false;  // strict mode's error; the rest dropped
+        }
+    }
+    return true;
+}
+
+bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
+    uint64_t unused = 0;
+    return CheckAndStamp(node_type, aux, site, &unused);
+}
+
+bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
+    const uint64_t epoch = S().epoch;  // before the walk: the classifier may change it
+    bool frozen = true;
+    Walk w = Visit(aux, 0, &frozen);
+    if (w == Walk::kError) return false;
+    if (w == Walk::kPlain) {
+        if (frozen && S().epoch == epoch) *stamp = epoch;
+        return true;
+    }
+    Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
+    if (site.path != nullptr && !key_path) return false;
+    AuxState::PendingReport report{Ref::FromBorrowed(node_type), Ref::FromBorrowed(aux),
+                                   Ref::FromBorrowed(site.root), Ref::FromBorrowed(site.is_leaf),
+                                   std::move(key_path)};
+    if (S().report_depth > 0) {  // made when the entry point's walk is over (ReportScope)
+        S().pending.push_back(std::move(report));
+        return true;
+    }
+    return Report(report);
+}
+
+void SetHooks(PyObject* classify, PyObject* reporter) {
+    AuxState& s = S();
+    s.classify = OptionalRef(classify);
+    s.reporter = OptionalRef(reporter);
+    ClearVerdicts();
+}
+
+void SetStrict(bool strict) {
+    S().strict = strict;
+    ++S().epoch;
+}
+bool Strict() { return S().strict; }
+
+}  // namespace aux
+}  // namespace fastree

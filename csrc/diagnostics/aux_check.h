@@ -1,0 +1,89 @@
+// Checks of custom nodes' aux_data (the static part of a treedef, hence of every jit cache key).
+//
+// The common case must cost almost nothing: aux made of None/bool/int/float/complex/str/bytes/
+// classes, in tuples/frozensets (and lists/dicts/sets outside strict mode), is accepted by a
+// C walk with no Python call. Any other value type is shown once to the Python classifier
+// (fastree.diagnostics.aux, which judges by the type alone and calls no user code) and
+// remembered; only aux holding a type it rejects (arrays, tracers, ...) reaches the Python
+// reporter, which warns or, in strict mode, raises. With no reporter set (fastree.config
+// aux_checks "off", the default while fastree is installed into JAX) nothing is checked.
+#pragma once
+
+#include <Python.h>
+
+#include "binding/module_state.h"
+#include "util/path_stack.h"
+#include "util/pyutils.h"
+
+namespace fastree {
+namespace aux {
+
+// Where a node being checked sits, for the report: the whole tree, and what the walk knows of
+// the node's place in it. With the key path the reporter names it directly; without, it finds
+// it with one walk of `root` that stops where `is_leaf` (if given) stopped the flatten.
+struct Site {
+    PyObject* root;                    // borrowed: the tree being flattened
+    PyObject* is_leaf = nullptr;       // borrowed or null: the flatten's one-argument is_leaf
+    const PathStack* path = nullptr;   // the walk's key path to the node, if it keeps one
+};
+
+bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site);
+bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp);
+
+// Returns false with a Python error set if the reporter raised (strict mode).
+inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
+    // The reporter is null until fastree._aux installs the hooks.
+    if (!ModState().aux.reporter || aux == Py_None) return true;
+    return CheckSlow(node_type, aux, site);
+}
+
+// Check, for an aux object that is handed out again and again (an attribute node's shared aux
+// tuple): `*stamp` records the epoch at which `aux` passed with nothing mutable inside (tuples,
+// frozensets and values whose type has a verdict), and while that epoch lasts the walk is
+// skipped. The caller resets *stamp to 0 whenever the object it refers to changes.
+inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
+    if (!ModState().aux.reporter || aux == Py_None) return true;
+    if (*stamp == ModState().aux.epoch) return true;
+    return CheckAndStamp(node_type, aux, site, stamp);
+}
+
+// The reports an entry point's walk finds are made once the walk is over, where the reporter's
+// Python code (it walks the tree again to name the node's key path, calling the tree's flatten
+// functions and is_leaf; it warns, or raises in strict mode) cannot change the walk, as JAX's
+// walk runs none of it. A scope per entry point (ReportAfter below); nested entry points (a
+// callback calling fastree) leave theirs to the outermost. Outside any scope a report is made
+// at once.
+class ReportScope {
+ public:
+    ReportScope();
+    ~ReportScope();  // drops reports not made (the call failed)
+    ReportScope(const ReportScope&) = delete;
+    ReportScope& operator=(const ReportScope&) = delete;
+    // Makes the pending reports (outermost scope only). False with the reporter's error set.
+    bool Flush();
+};
+
+// F, with the reports its walk finds made after it returns a result (ReportScope): a strict
+// mode error then replaces the result.
+template <auto F>
+struct ReportingAfter;
+
+template <class... A, PyObject* (*F)(A...)>
+struct ReportingAfter<F> {
+    static PyObject* Call(A... args) {
+        ReportScope scope;
+        PyObject* result = F(args...);
+        if (result != nullptr && !scope.Flush()) Py_CLEAR(result);
+        return result;
+    }
+};
+
+template <auto F>
+constexpr auto ReportAfter = &ReportingAfter<F>::Call;
+
+void SetHooks(PyObject* classify, PyObject* reporter);
+void SetStrict(bool strict);
+bool Strict();
+
+}  // namespace aux
+}  // namespace fastree

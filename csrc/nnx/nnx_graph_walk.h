@@ -1,0 +1,308 @@
+// What every nnx graph walk (nnx_graph_*.cpp) shares: the attribute names flax's walks read and
+// set, interned once for the module's lifetime; the record constructor; the kind tables' lookup;
+// the outcome of a step; Python's own unpacking and dict iteration, for the places where flax's
+// code runs them over containers that Python code (a callback, a finalizer) can change mid-walk.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "util/pyutils.h"
+
+namespace fastree::nnx_graph {
+
+// Hashes a pair of addresses (the kind tables' version map).
+struct PairHash {
+    size_t operator()(const std::pair<PyObject*, PyObject*>& p) const {
+        const auto a = reinterpret_cast<std::uintptr_t>(p.first);
+        const auto b = reinterpret_cast<std::uintptr_t>(p.second);
+        return std::hash<std::uintptr_t>()(a * 0x9E3779B97F4A7C15ull ^ b);
+    }
+};
+
+// The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
+enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
+
+struct Names {
+    PyObject* dict;              // __dict__ (vars(node))
+    PyObject* is_pytree;         // Pytree._pytree__is_pytree
+    PyObject* nodes;             // Pytree._pytree__nodes
+    PyObject* has_int_keys;      // Pytree._pytree__has_int_keys
+    PyObject* mapping;           // HashableMapping._mapping
+    PyObject* raw_value;         // Variable._raw_value
+    PyObject* var_metadata;      // Variable._var_metadata
+    PyObject* trace_state;       // Variable._trace_state, PytreeState._trace_state
+    PyObject* jax_trace;         // TraceState._jax_trace
+    PyObject* trace_ref;         // jax's OpaqueTraceState._trace_ref
+    PyObject* trace;             // jax's trace_ctx.trace
+    PyObject* weakref;           // jax's Trace._weakref
+    PyObject* hijax;             // the Variable metadata key "hijax" (and Variable.hijax)
+    PyObject* ref;               // the Variable metadata key "ref" (and Variable.ref)
+    PyObject* copy;              // dict.copy (a Variable's metadata, when not an exact dict)
+    PyObject* initializing;      // PytreeState.initializing (property)
+    PyObject* is_setup;          // PytreeState.is_setup (property)
+    PyObject* initializing_slot; // PytreeState._initializing
+    PyObject* is_setup_slot;     // PytreeState._is_setup
+    PyObject* flatten;           // NodeImpl.flatten
+    PyObject* unflatten;         // PytreeNodeImpl.unflatten
+    PyObject* create_empty;      // GraphNodeImpl.create_empty
+    PyObject* clear;             // GraphNodeImpl.clear
+    PyObject* init;              // GraphNodeImpl.init
+    PyObject* update_from_state; // Variable.update_from_state
+    PyObject* set_raw_value;     // Variable.set_raw_value
+    PyObject* check_can_update;  // Variable._check_can_update
+    PyObject* value;             // DataElem/StaticElem/Static.value
+    PyObject* type;              // NodeDef/VariableDef fields, in their order:
+    PyObject* index;
+    PyObject* outer_index;
+    PyObject* num_attributes;
+    PyObject* metadata;
+    PyObject* array_refdef;
+};
+
+inline const Names* GetNames() {
+    static const Names* names = [] {
+        auto* n = new Names;
+        n->dict = PyUnicode_InternFromString("__dict__");
+        n->is_pytree = PyUnicode_InternFromString("_pytree__is_pytree");
+        n->nodes = PyUnicode_InternFromString("_pytree__nodes");
+        n->has_int_keys = PyUnicode_InternFromString("_pytree__has_int_keys");
+        n->mapping = PyUnicode_InternFromString("_mapping");
+        n->raw_value = PyUnicode_InternFromString("_raw_value");
+        n->var_metadata = PyUnicode_InternFromString("_var_metadata");
+        n->trace_state = PyUnicode_InternFromString("_trace_state");
+        n->jax_trace = PyUnicode_InternFromString("_jax_trace");
+        n->trace_ref = PyUnicode_InternFromString("_trace_ref");
+        n->trace = PyUnicode_InternFromString("trace");
+        n->weakref = PyUnicode_InternFromString("_weakref");
+        n->hijax = PyUnicode_InternFromString("hijax");
+        n->ref = PyUnicode_InternFromString("ref");
+        n->copy = PyUnicode_InternFromString("copy");
+        n->initializing = PyUnicode_InternFromString("initializing");
+        n->is_setup = PyUnicode_InternFromString("is_setup");
+        n->initializing_slot = PyUnicode_InternFromString("_initializing");
+        n->is_setup_slot = PyUnicode_InternFromString("_is_setup");
+        n->flatten = PyUnicode_InternFromString("flatten");
+        n->unflatten = PyUnicode_InternFromString("unflatten");
+        n->create_empty = PyUnicode_InternFromString("create_empty");
+        n->clear = PyUnicode_InternFromString("clear");
+        n->init = PyUnicode_InternFromString("init");
+        n->update_from_state = PyUnicode_InternFromString("update_from_state");
+        n->set_raw_value = PyUnicode_InternFromString("set_raw_value");
+        n->check_can_update = PyUnicode_InternFromString("_check_can_update");
+        n->value = PyUnicode_InternFromString("value");
+        n->type = PyUnicode_InternFromString("type");
+        n->index = PyUnicode_InternFromString("index");
+        n->outer_index = PyUnicode_InternFromString("outer_index");
+        n->num_attributes = PyUnicode_InternFromString("num_attributes");
+        n->metadata = PyUnicode_InternFromString("metadata");
+        n->array_refdef = PyUnicode_InternFromString("array_refdef");
+        return n;
+    }();
+    return names;
+}
+
+// object.__new__(cls) with each field set in order by object.__setattr__, as the frozen
+// dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order. A new
+// reference, or null with an error set.
+PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields);
+
+// The version tag CPython keeps for `type`: a new one whenever the type or a base is changed
+// (PyType_Modified: a class attribute set or deleted, a base's too), never reused for another
+// state or type; 0 where the type has none (it then counts as changed at every look).
+inline unsigned int TypeVersion(PyTypeObject* type) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (type->tp_version_tag == 0) PyUnstable_Type_AssignVersionTag(type);
+    return type->tp_version_tag;
+#else
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        // A lookup through the type's attribute cache assigns a tag where it can (no Python
+        // code runs: str keys in the MRO's dicts).
+        _PyType_Lookup(type, GetNames()->dict);
+        if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+    }
+    return type->tp_version_tag;
+#endif
+}
+
+// The version of each type when its entry in a kind table was made: (table, type) -> tag. The
+// entries are computed from the class's attributes (a Variable class's accessors, a Pytree's
+// graph functions): one made before the class changed is made again. Keyed by addresses: a
+// type that dies and whose address comes back is another type, with another tag (a mismatch:
+// classified again). Under the GIL, as every walk runs.
+inline std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>&
+KindVersions() {
+    static auto* versions =
+        new std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>();
+    return *versions;
+}
+
+// `entry` if it has a kind table entry's shape (int, impl, type); null with an error set if not.
+inline Ref CheckedEntry(Ref entry) {
+    if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(entry.get(), 0))) {
+        PyErr_SetString(PyExc_SystemError, "nnx graph kinds: an entry is not (int, impl, type)");
+        return Ref();
+    }
+    return entry;
+}
+
+// The entry (kind, impl, impl.type) of `key` (a type) in a kind table (a dict the Python side's
+// `classify` fills), asking `classify` on a miss, or where the class changed since its entry
+// was made. Null with an error set.
+inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
+    // A new reference at once: the table is a dict the classifier (Python) writes to.
+    Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
+    if (!entry && PyErr_Occurred()) return Ref();
+    // A type no one can change (int, str, numpy's and jax's arrays: Py_TPFLAGS_IMMUTABLETYPE)
+    // keeps its entry without a look at its version: most lookups are of such leaf types.
+    if (entry && PyType_Check(key) &&
+        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(key), Py_TPFLAGS_IMMUTABLETYPE)) {
+        return CheckedEntry(std::move(entry));
+    }
+    const unsigned int version =
+        PyType_Check(key) ? TypeVersion(reinterpret_cast<PyTypeObject*>(key)) : 0;
+    auto& versions = KindVersions();
+    const std::pair<PyObject*, PyObject*> slot{table, key};
+    if (entry && version != 0) {
+        auto found = versions.find(slot);
+        if (found == versions.end() || found->second != version) entry = Ref();
+    } else {
+        entry = Ref();
+    }
+    if (!entry) {
+        // The classifier writes the table's entry; the tag is the one before it ran (a change
+        // while it runs shows at the next look).
+        entry = Ref(PyObject_CallOneArg(classify, key));
+        if (!entry) return Ref();
+        if (version != 0) {
+            if (versions.size() >= (size_t{1} << 16)) versions.clear();  // classified again
+            versions[slot] = version;
+        }
+    }
+    return CheckedEntry(std::move(entry));
+}
+
+// The kind of a KindEntry result.
+inline int KindOf(PyObject* entry) {
+    return static_cast<int>(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)));
+}
+
+// `first, second = obj`, as Python unpacks it (flax's `key, value = next(attribute_iter)`): an
+// exact 2-tuple or 2-list at once, anything else through iter(); the TypeError and ValueErrors
+// CPython raises. Both outputs owned. False with an error set.
+inline bool UnpackPair(PyObject* obj, Ref* first, Ref* second) {
+    if ((PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 2) ||
+        (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) == 2)) {
+        // Both taken before anything else runs (no call in between).
+        *first = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 0));
+        *second = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 1));
+        return true;
+    }
+    Ref it(PyObject_GetIter(obj));
+    if (!it) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) && Py_TYPE(obj)->tp_iter == nullptr &&
+            !PySequence_Check(obj)) {
+            PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object",
+                         Py_TYPE(obj)->tp_name);
+        }
+        return false;
+    }
+    Ref* outs[2] = {first, second};
+    for (int i = 0; i < 2; ++i) {
+        *outs[i] = Ref(PyIter_Next(it.get()));
+        if (!*outs[i]) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %d)",
+                             i);
+            }
+            return false;
+        }
+    }
+    Ref extra(PyIter_Next(it.get()));
+    if (extra) {
+#if PY_VERSION_HEX >= 0x030E0000
+        // 3.14 names the count where the object has a length it knows.
+        if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyDict_CheckExact(obj)) {
+            PyErr_Format(PyExc_ValueError, "too many values to unpack (expected 2, got %zd)",
+                         PyObject_Length(obj));
+            return false;
+        }
+#endif
+        PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+        return false;
+    }
+    return !PyErr_Occurred();
+}
+
+// `for key, value in d.items()` over an exact dict, read live as Python's dict iterator reads it:
+// the size taken when iteration starts, "dictionary changed size during iteration" at the next
+// step once it differs, "dictionary keys changed during iteration" once more entries come than
+// there were. flax's walks iterate so while they run Python code (an allocation's GC, a flag's
+// __bool__, an update): a snapshot would hide a change that makes flax's walk raise.
+class LiveItems {
+ public:
+    explicit LiveItems(PyObject* dict)
+        : dict_(Ref::FromBorrowed(dict)), used_(PyDict_GET_SIZE(dict)), left_(used_) {}
+
+    // 1 with both set (owned), 0 at the end, -1 with the RuntimeError set.
+    int Next(Ref* key, Ref* value) {
+        if (used_ != PyDict_GET_SIZE(dict_.get())) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            return -1;
+        }
+        PyObject *k, *v;
+        if (!PyDict_Next(dict_.get(), &pos_, &k, &v)) return 0;
+        if (left_ == 0) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary keys changed during iteration");
+            return -1;
+        }
+        --left_;
+        *key = Ref::FromBorrowed(k);
+        *value = Ref::FromBorrowed(v);
+        return 1;
+    }
+
+ private:
+    Ref dict_;
+    const Py_ssize_t used_;
+    Py_ssize_t left_;
+    Py_ssize_t pos_ = 0;
+};
+
+// The key path being walked as a tuple (a leaf's path in the flatten, a merged state's path).
+// A new reference, or null with an error set. `keys` are held by the caller throughout.
+inline PyObject* PathTuple(const std::vector<PyObject*>& keys) {
+    PyObject* path = PyTuple_New(static_cast<Py_ssize_t>(keys.size()));
+    if (path == nullptr) return nullptr;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        PyTuple_SET_ITEM(path, static_cast<Py_ssize_t>(i), Py_NewRef(keys[i]));
+    }
+    return path;
+}
+
+// A (key, value) child of a node, and whether the node marks it data (1), static (0), or
+// leaves it to the value's kind (-1), as flax's DataElem/StaticElem wrappers do.
+struct Child {
+    Ref key;
+    Ref value;
+    int is_data;
+};
+
+// Pytree._graph_node_flatten's nodes: `sorted(vars(self).items())`, names read as ints where
+// the class has int keys, each marked data or static by `_pytree__nodes` (an exact
+// `flags_type`, flax's HashableMapping). vars(self) is read live, as flax's generators read it.
+// kNotServed (nothing taken) for names other than exact str or flags of another type.
+Step PytreeChildren(PyObject* node, PyObject* flags_type, std::vector<Child>* children);
+
+// flax's own list/tuple/dict/None registrations: enumerate, sorted items (exact str keys only:
+// kNotServed otherwise), nothing. `kind` is kList, kTuple, kDict or kNone.
+Step BuiltinChildren(PyObject* node, int kind, std::vector<Child>* children);
+
+}  // namespace fastree::nnx_graph

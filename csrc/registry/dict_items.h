@@ -1,0 +1,200 @@
+// Gathering a dict's items in JAX's order (sorted keys), shared by flatten, tree_map and
+// flatten_up_to.
+#pragma once
+
+#include <Python.h>
+
+#include <utility>
+
+#include "registry/key_sort.h"
+#include "util/pyutils.h"
+#include "util/small_vector.h"
+
+namespace fastree {
+
+// An owned (key, value) pair gathered from a dict before recursing, so a callback that mutates
+// the dict cannot free what we are about to visit.
+struct Item {
+    PyObject* key;
+    PyObject* value;
+};
+
+// Owned pairs. Whatever is still held when the vector dies is released, so an error or a C++
+// exception (std::bad_alloc from a growing vector) between gathering and consuming leaks nothing.
+// Consumers null out (or clear) what they have taken.
+class Items : public SmallVector<Item, 8> {
+ public:
+    Items() = default;
+    Items(Items&& other) noexcept { SmallVector::operator=(std::move(other)); }
+    Items& operator=(Items&& other) noexcept {
+        Release(0);
+        SmallVector::operator=(std::move(other));
+        return *this;
+    }
+    // Inline, and free when empty (the usual end: every pair consumed): one runs per dict.
+    [[gnu::always_inline]] ~Items() {
+        if (size() != 0) Release(0);
+    }
+
+    // Releases the pairs from position `from` on and empties the vector (the ones before were
+    // consumed already).
+    void Release(size_t from) {
+        for (size_t i = from; i < size(); ++i) {
+            Py_XDECREF((*this)[i].key);
+            Py_XDECREF((*this)[i].value);
+        }
+        clear();
+    }
+};
+
+inline void ReleaseItems(Items& items, size_t from) { items.Release(from); }
+
+// A defaultdict's order: JAX flattens it in Python, as `sorted(d)` and then `d[k]` per key.
+// Timsort's permutation differs from jaxlib's stable_sort for keys without a total order, so
+// this path calls list.sort; its TypeError for unorderable keys comes through unwrapped.
+inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Ref keys(PyList_New(n));
+    if (!keys) return false;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyList_SET_ITEM(keys.get(), i, Py_NewRef(items[static_cast<size_t>(i)].key));
+    }
+    if (PyList_Sort(keys.get()) < 0) return false;
+    Items sorted;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+        Ref key(Py_NewRef(PyList_GET_ITEM(keys.get(), i)));
+        Ref value(PyObject_GetItem(dict, key.get()));
+        if (!value) return false;
+        sorted.push_back(Item{key.get(), value.get()});
+        key.release();
+        value.release();
+    }
+    items = std::move(sorted);
+    return true;
+}
+
+// Replaces `item`'s value by the dict's value for its key now; a key no longer there is JAX's
+// KeyError. The lookup can run Python code (a key's __eq__): the key is held across it and the
+// new value owned before the old one is released.
+inline bool ReadValueAgain(PyObject* dict, Item& item) {
+    Ref key = Ref::FromBorrowed(item.key);
+    PyObject* found = PyDict_GetItemWithError(dict, key.get());  // borrowed: taken at once
+    if (found == nullptr) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.get());
+        return false;
+    }
+    Ref value = Ref::FromBorrowed(found);
+    Ref old(item.value);  // released at the end, after the swap
+    item.value = value.release();
+    return true;
+}
+
+// Keys without a total order in C (SortTotalOrderKeys declined them), owned by `items`.
+// `wrap_error`: a dict's keys are sorted as jaxlib sorts them (see key_sort.h), and a comparison
+// that raises becomes JAX's C++ ValueError; a defaultdict is sorted as JAX's Python flatten
+// sorts it (SortItemsLikeSorted).
+//
+// After a sort that ran Python code, each value is read again from the dict, by key, as jaxlib
+// does (it sorts a snapshot of the keys, then looks every value up): a comparison that changed
+// the dict is seen as JAX sees it, a key it removed raising JAX's KeyError (red-team round 3,
+// repro_19). Where the keys are str or int, sorting runs no Python code and the gathered values
+// are the dict's (GatherDictItems).
+//
+// `read_again` false leaves that to the caller: read::Values looks each value up when the walk
+// reaches its key, as jaxlib does, so a key's __hash__ runs once per lookup, as in JAX.
+inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error, bool read_again) {
+    auto key_of = [](const Item& item) { return item.key; };
+    if (!wrap_error) return SortItemsLikeSorted(dict, items);
+    if (!JaxStableSortKeys(items.begin(), items.end(), key_of)) {
+        RaiseFromCurrent(PyExc_ValueError,
+                         "Comparator raised exception while sorting pytree dictionary keys.");
+        return false;
+    }
+    // Each lookup runs Python code (__hash__, __eq__): `items` is indexed afresh per step (it is
+    // ours alone).
+    for (size_t i = 0; read_again && i < items.size(); ++i) {
+        if (!ReadValueAgain(dict, items[i])) return false;
+    }
+    return true;
+}
+
+// `wrap_error`, `read_again`: see SortItemsByPython. On failure `items` is left empty.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
+                            bool read_again = true) {
+    PyObject* key;
+    PyObject* value;
+    Py_ssize_t pos = 0;
+    // Borrowed while gathering and, for str or int keys, while sorting: PyDict_Next, the C
+    // comparisons of SortTotalOrderKeys and C++ allocation run no Python code (C++ allocation
+    // cannot start the cyclic GC). Every value's cache miss is requested up front, so they
+    // overlap; the references are taken once all are in flight. Should anything throw before
+    // then, the entries are nulled first, since nothing has been taken yet.
+    // Sized once (it may throw while still empty), then written in place: per-item push_back
+    // was a measurable share of flattening parameter dicts. PyDict_Next yields exactly
+    // PyDict_GET_SIZE entries, since nothing here can change the dict; the bound is belt and
+    // braces.
+    const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
+    items.ResizeForOverwrite(n);
+    Item* const first = items.begin();
+    size_t count = 0;
+    while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
+        PrefetchForWrite(value);
+        first[count].key = key;
+        first[count].value = value;
+        ++count;
+    }
+    if (count != n) {  // cannot happen; never sort or release unset entries
+        for (size_t i = 0; i < n; ++i) first[i] = Item{nullptr, nullptr};
+        items.clear();
+        PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+        return false;
+    }
+    bool sorted;
+    try {
+        auto key_of = [](const Item& item) { return item.key; };
+        sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
+    } catch (...) {
+        for (Item& item : items) item = Item{nullptr, nullptr};
+        throw;
+    }
+    if (sorted) {
+        for (Item& item : items) {
+            Py_INCREF(item.key);
+            Py_INCREF(item.value);
+        }
+        return true;
+    }
+    // Keys compared by Python's `<`: owned first, since the comparisons run Python code.
+    for (Item& item : items) {
+        Py_INCREF(item.key);
+        Py_INCREF(item.value);
+    }
+    if (!SortItemsByPython(dict, items, wrap_error, read_again)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
+}
+
+// An OrderedDict's items in its own iteration order (it can differ from the underlying dict's):
+// the keys first, then each value by lookup. Owned pairs; on failure `items` is left empty.
+inline bool GatherOrderedItems(PyObject* obj, Items& items) {
+    Ref keys(PySequence_List(obj));
+    if (!keys) return false;
+    // Each lookup can run Python code (__hash__, __eq__, a __getitem__ override) that changes
+    // the key list's owner, not the list itself: `keys` is ours. Items are re-read per step.
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+        Ref key(Py_NewRef(PyList_GET_ITEM(keys.get(), i)));
+        Ref value(PyObject_GetItem(obj, key.get()));
+        if (!value) {
+            ReleaseItems(items, 0);
+            return false;
+        }
+        items.push_back(Item{key.get(), value.get()});
+        key.release();
+        value.release();
+    }
+    return true;
+}
+
+}  // namespace fastree
