@@ -76,7 +76,7 @@ def test_random_models_match_flax_and_are_native():
 
 @needs_known_flax
 def test_unknown_flax_code_keeps_flax_functions():
-    prelude = "import fastree.integrations.flax_nnx as f; f._known_flax.KNOWN_CODE.clear()"
+    prelude = "import fastree.integrations._known_flax as k; k.KNOWN_CODE.clear()"
     plain = _views(False, 6, 2)
     installed = _views(True, 6, 2, prelude)
     assert installed["views"] == plain["views"]

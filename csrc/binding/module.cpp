@@ -231,6 +231,15 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         py::arg("type"),
         "(data_fields, meta_fields) of a type registered with fastree's register_dataclass, "
         "else None.");
+    // The context tuples' items by name, in the order the walks read them (nnx/nnx_graph.h).
+    py::tuple context_names(static_cast<size_t>(nnx_graph::kContextSize));
+    for (Py_ssize_t i = 0; i < nnx_graph::kContextSize; ++i)
+        context_names[i] = py::str(nnx_graph::kContextNames[i]);
+    m.attr("NNX_GRAPH_CONTEXT") = context_names;
+    py::tuple unflatten_names(static_cast<size_t>(nnx_graph::kUnflattenSize));
+    for (Py_ssize_t i = 0; i < nnx_graph::kUnflattenSize; ++i)
+        unflatten_names[i] = py::str(nnx_graph::kUnflattenNames[i]);
+    m.attr("NNX_GRAPH_UNFLATTEN_CONTEXT") = unflatten_names;
     m.def(
         "nnx_graph_flatten",
         [](py::handle node, bool with_paths, py::handle ref_mapping, py::handle outer_mapping,

@@ -61,10 +61,16 @@ enum ContextItem : Py_ssize_t {
     kStaticElem,         // graphlib.StaticElem
     kIndexesPytreeDef,   // graphlib.IndexesPytreeDef (a NamedTuple)
     kStateTreedefs,      // dict: (initializing, is_setup) -> the IndexesPytreeDef flax made for it
-    kRecords,            // dict: not read (records are made anew per walk, as flax makes them:
-                         // a cache of them kept static values alive and shared metadata)
     kContextSize,
 };
+// The names of the Context items, in ContextItem order: the Python side builds the tuple from
+// these (flax_nnx_graph.py, by name), so a reordered or added item cannot go unnoticed there.
+inline constexpr const char* kContextNames[] = {
+    "kinds", "classify", "NodeDef", "VariableDef", "NodeRef", "Static", "HashableMapping",
+    "NODE_ATTR", "LEAF_ATTR", "DataElem", "StaticElem", "IndexesPytreeDef", "state_treedefs",
+};
+static_assert(sizeof(kContextNames) / sizeof(kContextNames[0]) == kContextSize,
+              "one name per ContextItem");
 
 // The positions in the tuple the Python side passes to every Unflatten call.
 enum UnflattenItem : Py_ssize_t {
@@ -93,6 +99,15 @@ enum UnflattenItem : Py_ssize_t {
     kMappingAbc,          // collections.abc.Mapping (MergeLeaves only)
     kUnflattenSize,
 };
+// The names of the UnflattenItems, in order (as kContextNames).
+inline constexpr const char* kUnflattenNames[] = {
+    "leaf_kinds", "classify_leaf", "node_kinds", "classify_node_type", "NodeDef", "VariableDef",
+    "NodeRef", "Static", "NodeAttr", "LeafAttr", "HashableMapping", "IndexesPytreeDef",
+    "state_auxes", "learn_state_aux", "PytreeState", "trace_classes", "Variable", "State",
+    "update_dynamic", "Mapping",
+};
+static_assert(sizeof(kUnflattenNames) / sizeof(kUnflattenNames[0]) == kUnflattenSize,
+              "one name per UnflattenItem");
 
 // graphlib.unflatten(graphdef, leaves, index_ref=..., outer_index_outer_ref=...,
 // copy_variables=False, recreate_variables=...) for a graphdef whose first node is a NodeDef or

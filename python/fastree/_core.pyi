@@ -204,6 +204,11 @@ def strict_aux() -> bool: ...
 
 # flax.nnx graph mode (csrc/nnx/nnx_graph.h; used by fastree.integrations.flax_nnx_graph only). Each
 # takes the context tuple that module builds; None means "not served: run flax's function".
+NNX_GRAPH_CONTEXT: tuple[str, ...]
+"""The names of the flatten context's items, in the order the C walks read them."""
+NNX_GRAPH_UNFLATTEN_CONTEXT: tuple[str, ...]
+"""The names of the unflatten (and update, merge) context's items, in order."""
+
 def nnx_graph_flatten(
     node: Any,
     with_paths: bool,

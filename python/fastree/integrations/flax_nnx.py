@@ -13,7 +13,7 @@ as aux data, rebuilt by ``cls._new(value, dict(aux))``.
 
 When fastree is installed before flax registers its classes (``python -m fastree.run``,
 ``FASTREE_INSTALL=1``), :func:`native_node` recognises those functions and gives the class an
-:class:`~fastree._core.AttrNode` with the mapping layout (``csrc/attr_mapping.h``): the same
+:class:`~fastree._core.AttrNode` with the mapping layout (``csrc/attr/attr_mapping.h``): the same
 children, aux data and keys from C, checked against flax's own functions on the first instances
 (``_checked``). flax's graph mode (``nnx.split``, ``nnx.merge``, ``nnx.jit``) is served by
 :mod:`fastree.integrations.flax_nnx_graph`, attached from here once ``flax.nnx.graphlib`` has loaded.
@@ -30,46 +30,16 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked, _known_flax, _library, _mirrored_code
+from . import _checked, _library
+from . import _flax_nnx_shared as _shared
 
-_PYTREE_MODULE = "flax.nnx.pytreelib"
-_VARIABLE_MODULE = "flax.nnx.variablelib"
-_TYPING_MODULE = "flax.typing"
-_TRACERS_MODULE = "flax.nnx.tracers"
-
-# What the tree-mode nodes reproduce (the mapping layout, csrc/attr_mapping.h; the Variable node
-# and its rebuild in C, csrc/attr_node.cpp and csrc/nnx_graph_variables.h). Each node kind is
-# served only where its code is that of a release in _known_flax.KNOWN_CODE. Two gates, because
-# flax registers its Variable classes before pytreelib is loaded.
-_VARIABLE_MIRRORED = tuple(
-    _mirrored_code.Mirrored(module, name) for module, names in (
-        (_VARIABLE_MODULE, ("_variable_flatten", "_variable_flatten_with_keys",
-                            "_variable_unflatten", "Variable._new")),
-        (_TRACERS_MODULE, ("TraceState", "current_jax_trace")),
-    ) for name in names
-)
-_PYTREE_MIRRORED = tuple(
-    _mirrored_code.Mirrored(module, name) for module, names in (
-        (_PYTREE_MODULE, ("Pytree._pytree__flatten", "Pytree._pytree__flatten_with_paths",
-                          "Pytree._pytree__unflatten")),
-        (_TYPING_MODULE, ("HashableMapping",)),
-    ) for name in names
-)
-MIRRORED: tuple[_mirrored_code.Mirrored, ...] = _VARIABLE_MIRRORED + _PYTREE_MIRRORED
-_variable_code = _mirrored_code.Gate("flax", _VARIABLE_MIRRORED, _known_flax.KNOWN_CODE)
-_pytree_code = _mirrored_code.Gate("flax", _PYTREE_MIRRORED, _known_flax.KNOWN_CODE)
-
-
-def code_verdict() -> _mirrored_code.Verdict:
-    """Whether the loaded flax.nnx's tree-mode code is code fastree reproduces, and which
-    release's (each part decided once its modules are loaded)."""
-    variable = _variable_code.verdict()
-    return _pytree_code.verdict() if variable else variable
-
-
-def known_code() -> bool:
-    """Whether the loaded flax.nnx is code whose Pytree and Variable layout fastree reproduces."""
-    return bool(code_verdict())
+_PYTREE_MODULE = _shared.PYTREE_MODULE
+_VARIABLE_MODULE = _shared.VARIABLE_MODULE
+_TYPING_MODULE = _shared.TYPING_MODULE
+_TRACERS_MODULE = _shared.TRACERS_MODULE
+MIRRORED = _shared.MIRRORED
+code_verdict = _shared.code_verdict
+known_code = _shared.known_code
 
 
 def _flax_functions() -> tuple[Any, Any, Any, Any] | None:
@@ -149,9 +119,7 @@ def _native_new(cls: type) -> tuple[Any, Any, Any, Any] | None:
         return None
     if getattr(trace_state, "__slots__", None) != ["_jax_trace"]:
         return None
-    from . import flax_nnx_graph
-
-    return flax_nnx_graph.trace_classes(tracers)
+    return _shared.trace_classes(tracers)
 
 
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
@@ -163,13 +131,13 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX that keeps it in jaxlib
     only): the class's own is taken then.
     """
-    if not _variable_code:
+    if not _shared.variable_code:
         return None
     _attach_graph_mode()
     variable = _variable_node(cls, flatten_with_keys, unflatten, flatten)
     if variable is not None:
         return variable
-    if not _pytree_code:
+    if not _shared.pytree_code:
         return None
     known = _flax_functions()
     if known is None:

@@ -4,15 +4,17 @@
 flax walks a module graph in Python (``flax/nnx/graphlib.py``, ``_graph_flatten``). Once fastree
 is installed and flax.nnx is loaded (the first nnx class registration reaches
 :func:`fastree.integrations.flax_nnx.native_node`, which calls :func:`attach`), ``graphlib.flatten``
-becomes :func:`flatten` below: the same walk in C (``csrc/nnx_graph_flatten.cpp``), making the same
+becomes :func:`flatten` below: the same walk in C (``csrc/nnx/nnx_graph_flatten.cpp``), making the same
 ``GraphDef`` (``NodeDef``/``VariableDef``/``NodeRef``/``Static`` objects, in the same order), the
 same leaves and paths, and the same reference-map entries.
 
 Exact, or not used:
 
-- Only the flax versions in :data:`fastree.integrations.flax_nnx.KNOWN_VERSIONS`, whose record
-  classes have the fields the C walk sets, are served.
-- Per type, :func:`_kind` decides what the C walk may do (``csrc/nnx_graph.h``, ``Kind``). A
+- Only flax code fastree was written against is served: every function and class in
+  :data:`MIRRORED` (and tree mode's) must be that of a release in ``_known_flax.KNOWN_CODE``, and
+  none may be replaced later (:func:`_code_replaced`); the record classes must have the fields
+  the C walk sets.
+- Per type, :func:`_kind` decides what the C walk may do (``csrc/nnx/nnx_graph.h``, ``Kind``). A
   tracer, an array ref, a hijax Variable, a Variable or Pytree class with its own accessors, a
   key that is not an exact str: flax's own function runs, for the whole call.
 - The first walk that meets a type is also run by flax's function, and the two results are
@@ -36,7 +38,7 @@ from typing import Any
 from .. import _core
 from ..jax_interop import compat as _jax_compat
 from . import _flax_nnx_graph_compare as _compare
-from . import _known_flax, _mirrored_code, flax_nnx
+from . import _flax_nnx_shared, _known_flax, _mirrored_code
 
 _GRAPHLIB = "flax.nnx.graphlib"
 # What the graph walks reproduce (csrc/nnx_graph_*.cpp; docs/porting-library-integrations.md
@@ -73,7 +75,7 @@ _RECORD_FIELDS = {
     "Static": ("value",),
     "GraphDef": ("nodes", "attributes", "num_leaves"),
 }
-# The Kind codes of csrc/nnx_graph.h.
+# The Kind codes of csrc/nnx/nnx_graph.h.
 LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
 LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = range(6, 13)
 
@@ -128,55 +130,54 @@ class _Graph:
         # The same for the node types unflatten meets.
         self.pending_nodes: list[type] = []
         self.verified_nodes: set[type] = set()
+        # Native flatten/unflatten calls under way (nested ones included): _walk_in_progress.
+        self.walking = 0
         # Types left to flax after a difference: type -> reason.
         self.fallbacks: dict[type, str] = {}
         # (initializing, is_setup) -> the IndexesPytreeDef flax made for a PytreeState with them.
         self.state_treedefs: dict[tuple[Any, Any], Any] = {}
-        # GraphDef records made before, by their fields' identities (nnx_graph_flatten.cpp).
-        self.records: dict[tuple[Any, ...], Any] = {}
-        self.context = (
-            self.kinds,
-            self.classify,
-            graphlib.NodeDef,
-            graphlib.VariableDef,
-            graphlib.NodeRef,
-            graphlib.Static,
-            typing.HashableMapping,
-            graphlib.NODE_ATTR,
-            graphlib.LEAF_ATTR,
-            graphlib.DataElem,
-            graphlib.StaticElem,
-            graphlib.IndexesPytreeDef,
-            self.state_treedefs,
-            self.records,
-        )
-        # What a new tracers.TraceState() is made of (csrc/nnx_graph_variables.h, TraceStates).
-        self.trace_classes = trace_classes(tracers)
+        self.context = _context(_core.NNX_GRAPH_CONTEXT, {
+            "kinds": self.kinds,
+            "classify": self.classify,
+            "NodeDef": graphlib.NodeDef,
+            "VariableDef": graphlib.VariableDef,
+            "NodeRef": graphlib.NodeRef,
+            "Static": graphlib.Static,
+            "HashableMapping": typing.HashableMapping,
+            "NODE_ATTR": graphlib.NODE_ATTR,
+            "LEAF_ATTR": graphlib.LEAF_ATTR,
+            "DataElem": graphlib.DataElem,
+            "StaticElem": graphlib.StaticElem,
+            "IndexesPytreeDef": graphlib.IndexesPytreeDef,
+            "state_treedefs": self.state_treedefs,
+        })
+        # What a new tracers.TraceState() is made of (csrc/nnx/nnx_graph_variables.h, TraceStates).
+        self.trace_classes = _flax_nnx_shared.trace_classes(tracers)
         # id(treedef) -> (treedef, aux) for the treedefs of lone PytreeStates (learn_state_aux).
         self.state_auxes: dict[int, tuple[Any, Any]] = {}
         self.pytree_state_unflatten = getattr(pytreelib, "_unflatten_pytree_state", None)
-        self.unflatten_context = (
-            self.kinds,
-            self.classify,
-            self.node_kinds,
-            self.classify_node_type,
-            graphlib.NodeDef,
-            graphlib.VariableDef,
-            graphlib.NodeRef,
-            graphlib.Static,
-            graphlib.NodeAttr,
-            graphlib.LeafAttr,
-            typing.HashableMapping,
-            graphlib.IndexesPytreeDef,
-            self.state_auxes,
-            self.learn_state_aux,
-            pytreelib.PytreeState,
-            self.trace_classes,
-            self.variable,
-            sys.modules["flax.nnx.statelib"].State,
-            self.flax_update,
-            collections.abc.Mapping,
-        )
+        self.unflatten_context = _context(_core.NNX_GRAPH_UNFLATTEN_CONTEXT, {
+            "leaf_kinds": self.kinds,
+            "classify_leaf": self.classify,
+            "node_kinds": self.node_kinds,
+            "classify_node_type": self.classify_node_type,
+            "NodeDef": graphlib.NodeDef,
+            "VariableDef": graphlib.VariableDef,
+            "NodeRef": graphlib.NodeRef,
+            "Static": graphlib.Static,
+            "NodeAttr": graphlib.NodeAttr,
+            "LeafAttr": graphlib.LeafAttr,
+            "HashableMapping": typing.HashableMapping,
+            "IndexesPytreeDef": graphlib.IndexesPytreeDef,
+            "state_auxes": self.state_auxes,
+            "learn_state_aux": self.learn_state_aux,
+            "PytreeState": pytreelib.PytreeState,
+            "trace_classes": self.trace_classes,
+            "Variable": self.variable,
+            "State": sys.modules["flax.nnx.statelib"].State,
+            "update_dynamic": self.flax_update,
+            "Mapping": collections.abc.Mapping,
+        })
         self.merge_checked = False
         # flax functions left to flax after a difference: name -> reason ("code": a mirrored
         # function replaced after attach, for every function).
@@ -353,21 +354,18 @@ class _Graph:
         )
 
 
+def _context(names: tuple[str, ...], items: dict[str, Any]) -> tuple[Any, ...]:
+    # The tuple a C walk reads by position, built in the order the C code declares
+    # (_core.NNX_GRAPH_CONTEXT, ...): an item the C code names and this side does not give, or
+    # the reverse, stops attach() here rather than misleading a walk.
+    if set(names) != set(items):
+        raise RuntimeError(f"fastree's nnx graph context differs from its C walks': "
+                           f"{sorted(set(names) ^ set(items))}")
+    return tuple(items[name] for name in names)
+
+
 _graph: _Graph | None = None
 _verdict: _mirrored_code.Verdict | None = None
-
-
-def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
-    """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, jax's
-    trace_ctx or None) of flax.nnx's ``tracers`` module: what the C code needs to make a
-    ``TraceState()`` as flax does (csrc/nnx_graph_variables.h). jax's trace context is given only
-    where flax's current_jax_trace is jax's get_opaque_trace_state and that reads it plainly:
-    the C code then reads the current trace's weakref from it instead of calling both."""
-    current = tracers.current_jax_trace
-    trace_ctx = _jax_compat.opaque_trace_context()
-    if "get_opaque_trace_state" not in getattr(getattr(current, "__code__", None), "co_names", ()):
-        trace_ctx = None
-    return (tracers.TraceState, type(current()), current, trace_ctx)
 
 
 def _records_known(graphlib: Any) -> bool:
@@ -393,7 +391,7 @@ def attach() -> bool:
     graphlib = sys.modules.get(_GRAPHLIB)
     if _graph is not None or graphlib is None:
         return _graph is not None
-    if not flax_nnx.known_code():
+    if not _flax_nnx_shared.known_code():
         return False
     with _lock:
         if _graph is not None:
@@ -432,7 +430,7 @@ def code_verdict() -> _mirrored_code.Verdict:
     """Whether graph mode is served: the release whose code the loaded flax has, or why not."""
     if _verdict is not None:
         return _verdict
-    tree = flax_nnx.code_verdict()
+    tree = _flax_nnx_shared.code_verdict()
     if not tree:
         return tree
     return _mirrored_code.Verdict(None, "flax: not attached (flax.nnx not loaded while fastree "
@@ -444,7 +442,15 @@ def _walk_in_progress(graph: _Graph) -> bool:
     # under way (a split from a pytree's flatten, a GC callback, another thread) would otherwise
     # take them and check them against its own graph, and the first walk's result would go
     # unchecked. Such a walk is flax's function's; the first walk checks its own types.
-    return bool(graph.pending or graph.pending_nodes)
+    return graph.walking > 0 and bool(graph.pending or graph.pending_nodes)
+
+
+def _walk_done(graph: _Graph) -> None:
+    # The last native walk under way has ended: whatever it met and did not check (it raised,
+    # or handed the call to flax) is classified again, and so checked, by the next walk.
+    graph.walking -= 1
+    if graph.walking == 0 and (graph.pending or graph.pending_nodes):
+        graph.forget_pending()
 
 
 def _code_replaced(graph: _Graph) -> bool:
@@ -513,27 +519,31 @@ def _make_flatten(graph: _Graph) -> Any:
             return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
                                 ref_outer_index=ref_outer_index, graph=graph)
         state = _graph_state
-        state.refresh()
-        mapping = ref_index._mapping
-        outer = ref_outer_index._mapping if ref_outer_index else None
+        state.walking += 1
         try:
-            result = native(node, with_paths, mapping, outer, state.context)
-        except BaseException:
-            state.forget_pending()  # a walk that raised checked nothing
-            raise
-        if result is None:
-            state.forget_pending()
-            return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
-                                ref_outer_index=ref_outer_index, graph=graph)
-        nodes, attributes, leaves, paths, added = result
-        out = (graph_def(nodes=nodes, attributes=attributes, num_leaves=len(leaves)),
-               flat_state.from_sorted_keys_values(tuple(paths), leaves) if with_paths
-               else leaves)
-        if state.pending:
-            return _checked_flatten(state, out, added, node, with_paths, ref_index,
-                                    ref_outer_index)
-        mapping.update(added)
-        return out
+            state.refresh()
+            mapping = ref_index._mapping
+            outer = ref_outer_index._mapping if ref_outer_index else None
+            try:
+                result = native(node, with_paths, mapping, outer, state.context)
+            except BaseException:
+                state.forget_pending()  # a walk that raised checked nothing
+                raise
+            if result is None:
+                state.forget_pending()
+                return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
+                                    ref_outer_index=ref_outer_index, graph=graph)
+            nodes, attributes, leaves, paths, added = result
+            out = (graph_def(nodes=nodes, attributes=attributes, num_leaves=len(leaves)),
+                   flat_state.from_sorted_keys_values(tuple(paths), leaves) if with_paths
+                   else leaves)
+            if state.pending:
+                return _checked_flatten(state, out, added, node, with_paths, ref_index,
+                                        ref_outer_index)
+            mapping.update(added)
+            return out
+        finally:
+            _walk_done(state)
 
     _graph_state = graph
     return flatten
@@ -605,25 +615,29 @@ def _make_unflatten(graph: _Graph) -> Any:
                                   outer_index_outer_ref=outer_index_outer_ref,
                                   copy_variables=copy_variables,
                                   recreate_variables=recreate_variables)
-        graph.refresh()
-        args = (graphdef.nodes, graphdef.attributes, leaves)
-        for _ in range(2):
-            if graph.pending or graph.pending_nodes:
-                return _checked_unflatten(graph, args, state, graphdef, index_ref,
-                                          outer_index_outer_ref, recreate_variables)
-            try:
-                result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
-                                graph.unflatten_context)
-            except BaseException:
-                graph.forget_pending()
-                raise
-            if result is not False:
-                break
-        if not result:
-            return flax_unflatten(graphdef, state, index_ref=index_ref,
-                                  outer_index_outer_ref=outer_index_outer_ref,
-                                  recreate_variables=recreate_variables)
-        return result[0]
+        graph.walking += 1
+        try:
+            graph.refresh()
+            args = (graphdef.nodes, graphdef.attributes, leaves)
+            for _ in range(2):
+                if graph.pending or graph.pending_nodes:
+                    return _checked_unflatten(graph, args, state, graphdef, index_ref,
+                                              outer_index_outer_ref, recreate_variables)
+                try:
+                    result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
+                                    graph.unflatten_context)
+                except BaseException:
+                    graph.forget_pending()
+                    raise
+                if result is not False:
+                    break
+            if not result:
+                return flax_unflatten(graphdef, state, index_ref=index_ref,
+                                      outer_index_outer_ref=outer_index_outer_ref,
+                                      recreate_variables=recreate_variables)
+            return result[0]
+        finally:
+            _walk_done(graph)
 
     return unflatten
 

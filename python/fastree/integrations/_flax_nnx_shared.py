@@ -1,0 +1,66 @@
+"""What flax.nnx's two served modes share: whether the loaded flax's tree-mode code is code
+fastree reproduces, and how a Variable's TraceState is made in C.
+
+:mod:`fastree.integrations.flax_nnx` (tree mode) and :mod:`fastree.integrations.flax_nnx_graph`
+(graph mode) both import this module, and neither imports the other at import time: tree mode
+attaches graph mode once flax.nnx.graphlib has loaded. Nothing here imports flax.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..jax_interop import compat as _jax_compat
+from . import _known_flax, _mirrored_code
+
+PYTREE_MODULE = "flax.nnx.pytreelib"
+VARIABLE_MODULE = "flax.nnx.variablelib"
+TYPING_MODULE = "flax.typing"
+TRACERS_MODULE = "flax.nnx.tracers"
+
+# What the tree-mode nodes reproduce (the mapping layout, csrc/attr/attr_mapping.h; the Variable node
+# and its rebuild in C, csrc/attr/attr_node.cpp and csrc/nnx/nnx_graph_variables.h). Each node kind is
+# served only where its code is that of a release in _known_flax.KNOWN_CODE. Two gates, because
+# flax registers its Variable classes before pytreelib is loaded.
+_VARIABLE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (VARIABLE_MODULE, ("_variable_flatten", "_variable_flatten_with_keys",
+                            "_variable_unflatten", "Variable._new")),
+        (TRACERS_MODULE, ("TraceState", "current_jax_trace")),
+    ) for name in names
+)
+_PYTREE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (PYTREE_MODULE, ("Pytree._pytree__flatten", "Pytree._pytree__flatten_with_paths",
+                          "Pytree._pytree__unflatten")),
+        (TYPING_MODULE, ("HashableMapping",)),
+    ) for name in names
+)
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = _VARIABLE_MIRRORED + _PYTREE_MIRRORED
+variable_code = _mirrored_code.Gate("flax", _VARIABLE_MIRRORED, _known_flax.KNOWN_CODE)
+pytree_code = _mirrored_code.Gate("flax", _PYTREE_MIRRORED, _known_flax.KNOWN_CODE)
+
+
+def code_verdict() -> _mirrored_code.Verdict:
+    """Whether the loaded flax.nnx's tree-mode code is code fastree reproduces, and which
+    release's (each part decided once its modules are loaded)."""
+    variable = variable_code.verdict()
+    return pytree_code.verdict() if variable else variable
+
+
+def known_code() -> bool:
+    """Whether the loaded flax.nnx is code whose Pytree and Variable layout fastree reproduces."""
+    return bool(code_verdict())
+
+
+def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
+    """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, jax's
+    trace_ctx or None) of flax.nnx's ``tracers`` module: what the C code needs to make a
+    ``TraceState()`` as flax does (csrc/nnx/nnx_graph_variables.h). jax's trace context is given only
+    where flax's current_jax_trace is jax's get_opaque_trace_state and that reads it plainly:
+    the C code then reads the current trace's weakref from it instead of calling both."""
+    current = tracers.current_jax_trace
+    trace_ctx = _jax_compat.opaque_trace_context()
+    if "get_opaque_trace_state" not in getattr(getattr(current, "__code__", None), "co_names", ()):
+        trace_ctx = None
+    return (tracers.TraceState, type(current()), current, trace_ctx)
