@@ -16,7 +16,7 @@ package is layered; a module imports from its own package or from a layer below 
    ``workloads`` + ``child`` (plain and installed processes), ``results`` (the records),
    ``environment``, ``install``.
 4. ``report/``: the stdout table, report.md, the headline chart (``chart``), the per-cell heat
-   maps (``chart_details``), ``--write-results`` (``publish``).
+   maps (``chart_details``), ``--publish`` (``publish``: benchmarks/published/ and the README's blocks; ``readme``), ``compare``.
 5. The run: ``cli`` (options, parsed before JAX is imported), ``settings`` (what ``--quick``
    means), ``selection`` (``--only``), ``runner``, ``__main__``; ``scaling`` is a script of its
    own (``python -m benchmarks.scaling``).

@@ -46,7 +46,7 @@ from benchmarks.measure.workloads import (  # noqa: E402
     run_workloads,
 )
 from benchmarks.report import render_markdown, render_table  # noqa: E402
-from benchmarks.report.publish import PUBLISHED_DETAILS, PUBLISHED_REPORT, publish  # noqa: E402
+from benchmarks.report.publish import PUBLISHED_DETAILS, PUBLISHED_REPORT  # noqa: E402
 from benchmarks.runner import plan  # noqa: E402
 from benchmarks.selection import case_selected  # noqa: E402
 from benchmarks.settings import QUICK  # noqa: E402
@@ -185,23 +185,6 @@ def test_charts_written_or_noted(quick_run: Path) -> None:
             assert (quick_run / name).stat().st_size > 0
         else:
             assert notes, f"a missing {name} must come with a note saying why"
-
-
-def test_publish_writes_results_md(quick_run: Path, tmp_path: Path) -> None:
-    result = RunResult.from_json((quick_run / "results.json").read_text())
-    chart, details = quick_run / "chart.png", quick_run / "chart_details.png"
-    report = publish(
-        result,
-        chart if chart.exists() else None,
-        destination=tmp_path,
-        details=details if details.exists() else None,
-    )
-    assert report == tmp_path / PUBLISHED_REPORT
-    assert "do not edit by hand" in report.read_text()
-    assert (tmp_path / "results_chart.png").exists() == chart.exists()
-    assert (tmp_path / PUBLISHED_DETAILS).exists() == details.exists()
-    if details.exists():
-        assert f"]({PUBLISHED_DETAILS})" in report.read_text()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -785,5 +768,6 @@ def test_publish_from_results_json(tmp_path: Path, quick_run: Path) -> None:
     assert main([str(source), "--destination", str(tmp_path)]) == 0
     assert "do not edit by hand" in (tmp_path / PUBLISHED_REPORT).read_text()
     assert (tmp_path / PUBLISHED_DETAILS).stat().st_size > 10_000
+    assert main([str(quick_run / "results.json"), "--destination", str(tmp_path / "f")]) == 0
     with pytest.raises(SystemExit):
-        main([str(quick_run / "results.json"), "--destination", str(tmp_path)])
+        main([str(quick_run / "results.json"), "--publish"])
