@@ -96,8 +96,26 @@ def test_every_readme_figure_is_in_the_published_report() -> None:
         assert f"| {op} | " in report
 
 
+GPU_RUN = REPO_ROOT / "benchmarks" / "gpu_run" / "report.md"
+GPU_BLOCK = re.compile(r"<!-- gpu-run:begin[^>]*-->(.*?)<!-- gpu-run:end -->", re.DOTALL)
+"""The README's GPU paragraph: figures from the one GPU run kept in benchmarks/gpu_run/ (made by
+scripts/gpu_check.sh on a GPU machine; the published run is CPU only)."""
+
+
+def test_every_gpu_figure_is_in_the_gpu_run() -> None:
+    blocks = GPU_BLOCK.findall(README.read_text())
+    assert len(blocks) == 1, "the README has one gpu-run block"
+    quoted = FIGURE.findall(blocks[0])
+    assert quoted, "the gpu-run block quotes no figure"
+    report = GPU_RUN.read_text()
+    missing = sorted({figure for figure in quoted if figure not in report})
+    assert not missing, f"README GPU figures not in {GPU_RUN.name}: {missing}"
+    assert "NVIDIA H200" in blocks[0] and "NVIDIA H200" in (GPU_RUN.parent /
+                                                              "environment.txt").read_text()
+
+
 def test_the_readme_quotes_no_figure_outside_the_published_blocks() -> None:
-    text = README.read_text()
+    text = GPU_BLOCK.sub("", README.read_text())
     for name in readme_blocks.BLOCKS:
         text = readme_blocks.block_pattern(name).sub("", text)
     stray = sorted(set(FIGURE.findall(text)) - UNMEASURED) + sorted(set(TIME.findall(text)))
