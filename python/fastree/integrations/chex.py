@@ -1,6 +1,6 @@
 """chex dataclasses as native attribute nodes.
 
-chex (0.1.9x, ``chex/_src/dataclass.py``) registers each ``@chex.dataclass`` class with Python
+chex (0.1.90 to 0.1.92, ``chex/_src/dataclass.py``) registers each ``@chex.dataclass`` class with Python
 functions: children are the values of the instance ``__dict__`` sorted by name, the aux data is
 the tuple of those names, and the rebuild is ``cls.__new__(cls)`` plus ``object.__setattr__`` for
 each dataclass field present (in field order), then ``__post_init__()`` if the class has one.
