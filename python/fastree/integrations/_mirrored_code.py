@@ -95,11 +95,12 @@ def _class_text(cls: type) -> str | None:
         if isinstance(member, property):
             member = member.fget
         if inspect.isfunction(member) and member.__qualname__.startswith(cls.__qualname__ + "."):
+            if _generated(member, cls):
+                # Made at run time (a dataclass's __init__, __eq__, __repr__; 3.13's
+                # __replace__): left out, since which ones there are depends on the Python
+                # version; the fields above and the decorator's code decide what they do.
+                continue
             text = _source(member)
-            if text is None and _generated(member, cls):
-                # Made at run time (a dataclass's __init__, __eq__, __repr__): no source; the
-                # fields above and the decorator's own code decide what it does.
-                text = f"generated {name}"
             if text is None:
                 return None
             parts.append(text)
