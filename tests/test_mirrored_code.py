@@ -149,3 +149,25 @@ def test_status_before_attach_names_the_reason_and_never_raises():
     assert set(status) >= {"flatten", "unflatten", "update"}
     assert all(isinstance(v, str) and v for v in status.values())
     json.dumps(status)
+
+
+def test_a_class_fingerprint_leaves_out_methods_made_at_run_time():
+    # Which methods a decorator generates depends on the Python version (dataclasses add
+    # __replace__ on 3.13): a release must have one fingerprint on every Python.
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Record:
+        a: int
+
+        def describe(self) -> str:
+            return f"a={self.a}"
+
+    before = fingerprint(Record)
+    namespace: dict = {}
+    exec("def __replace__(self, **changes):\n    return self\n", namespace)  # noqa: S102
+    namespace["__replace__"].__qualname__ = "Record.__replace__"
+    Record.__replace__ = namespace["__replace__"]
+    assert fingerprint(Record) == before
+    Record.describe = lambda self: "patched"  # a method with other source: another class
+    assert fingerprint(Record) != before
