@@ -462,8 +462,6 @@ def _code_replaced(graph: _Graph) -> bool:
     if name is None:
         return False
     graph.function_fallbacks["code"] = f"{name} was replaced after fastree attached"
-    for key in ("flatten", "unflatten", "update"):
-        graph.function_fallbacks.setdefault(key, f"{name} was replaced after fastree attached")
     return True
 
 
@@ -485,7 +483,9 @@ def status() -> dict[str, str]:
     if graph is None:
         why = code_verdict().reason
         return {"flatten": why, "unflatten": why, "update": why}
-    out = {"flatten": "native", "unflatten": "native", "update": "native"}
+    replaced = graph.function_fallbacks.get("code")
+    out = {name: "native" if replaced is None else f"flax: {replaced}"
+           for name in ("flatten", "unflatten", "update")}
     for name, reason in graph.function_fallbacks.items():
         if name != "code":
             out[name] = f"flax: {reason}"
