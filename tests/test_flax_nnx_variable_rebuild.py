@@ -111,12 +111,22 @@ def test_trace_classes_is_checked():
             rebuild_with="_new",
             trace_classes=(1, type, len, None),
         )
-    node = _core.AttrNode(
-        Holder,
-        ("_raw_value",),
-        ("_var_metadata",),
-        meta_items=True,
-        rebuild_with="_new",
-        trace_classes=good,
-    )
-    assert node is not None
+    with pytest.raises(TypeError, match="holder, attribute name"):
+        _core.AttrNode(
+            Holder,
+            ("_raw_value",),
+            ("_var_metadata",),
+            meta_items=True,
+            rebuild_with="_new",
+            trace_classes=(type, type, len, "trace"),  # not (holder, attribute name)
+        )
+    for where in (None, (object(), "value")):
+        node = _core.AttrNode(
+            Holder,
+            ("_raw_value",),
+            ("_var_metadata",),
+            meta_items=True,
+            rebuild_with="_new",
+            trace_classes=(type, type, len, where),
+        )
+        assert node is not None

@@ -275,3 +275,25 @@ def test_source_check_catches_each_kind(tmp_path):
         ["jax.tree_util", "from jaxlib", "._registry", ".__closure__", ".cell_contents"]
         + ["'jax._src.tree_util'"]
     )
+
+
+def test_the_current_trace_is_read_where_jax_keeps_it():
+    import jax
+    from jax._src import core
+    from jax.extend.core import get_opaque_trace_state
+
+    where = _jax_compat.opaque_trace_context()
+    assert where is not None  # every supported jax makes its opaque trace state this way
+    holder, name = where
+    assert getattr(holder, name) is core.trace_ctx.trace
+    seen = []
+
+    @jax.jit
+    def inside(x):
+        seen.append((getattr(holder, name), core.trace_ctx.trace,
+                     vars(get_opaque_trace_state())["_trace_ref"]))
+        return x
+
+    inside(1.0)
+    traced, expected, ref = seen[0]
+    assert traced is expected and ref() is traced

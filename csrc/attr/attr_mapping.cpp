@@ -93,7 +93,116 @@ bool KeyLess(PyObject* a, PyObject* b) {
     return PyUnicode_Compare(a, b) < 0;
 }
 
+namespace {
+
+// The children and aux data of the fields in `order` (sorted positions -> field indices), the
+// aux's name tuples given (the memo's, held by the caller) or made here from the fields' keys.
+Outcome Emit(std::vector<Field>& fields, const std::vector<size_t>& order, bool want_aux,
+             PyObject* data_keys, PyObject* static_keys, Fields* out) {
+    for (size_t i : order) {
+        if (!fields[i].data) continue;
+        out->children.push_back(nullptr);  // the slot first: a push that throws leaks nothing
+        out->children[out->children.size() - 1] = Py_NewRef(fields[i].value.get());
+    }
+    if (!want_aux) return Outcome::kNative;
+    RefSmallVector<16> static_values;
+    for (size_t i : order) {
+        if (!fields[i].data) PushOwned(static_values, Py_NewRef(fields[i].value.get()));
+    }
+    Ref a, b;
+    if (data_keys != nullptr) {
+        a = Ref::FromBorrowed(data_keys);
+        b = Ref::FromBorrowed(static_keys);
+    } else {
+        RefSmallVector<16> d, st;
+        for (size_t i : order) PushOwned(fields[i].data ? d : st, Py_NewRef(fields[i].key.get()));
+        a = Ref(StealIntoSequence(d, /*as_tuple=*/true));
+        if (!a) return Outcome::kError;
+        b = Ref(StealIntoSequence(st, /*as_tuple=*/true));
+        if (!b) return Outcome::kError;
+    }
+    Ref c(StealIntoSequence(static_values, /*as_tuple=*/true));
+    if (!c) return Outcome::kError;
+    out->aux = Ref(PyTuple_Pack(3, a.get(), b.get(), c.get()));
+    return out->aux ? Outcome::kNative : Outcome::kError;
+}
+
+// Whether the fields are the memo's layout: the same name objects in the same order, each with
+// the same flag (read now). If so, fills `order` and the fields' flags, and takes the memo's two
+// name tuples into *data_keys / *static_keys. A flag lookup can run Python code (a str subclass
+// key in the flags dict), which could replace the memo: the names tuple held here keeps its
+// address from being reused, and a replaced memo is a miss.
+bool MemoFits(const MappingLayout& m, std::vector<Field>& fields, PyObject* flags,
+              std::vector<size_t>* order, Ref* data_keys, Ref* static_keys) {
+    Ref names = Ref::FromBorrowed(m.last_names);
+    if (!names || PyTuple_GET_SIZE(names.get()) != static_cast<Py_ssize_t>(fields.size())) {
+        return false;
+    }
+    for (size_t i = 0; i < fields.size(); ++i) {
+        if (fields[i].key.get() != PyTuple_GET_ITEM(names.get(), static_cast<Py_ssize_t>(i))) {
+            return false;
+        }
+        PyObject* flag = PyDict_GetItemWithError(flags, fields[i].key.get());  // compared only
+        if (flag == nullptr && PyErr_Occurred()) {
+            PyErr_Clear();  // the full read looks it up again and reports it
+            return false;
+        }
+        if (m.last_names != names.get()) return false;
+        if (flag != nullptr && flag != Py_True && flag != Py_False) return false;
+        fields[i].data = flag == Py_True;
+        if (fields[i].data != m.last_data[i]) return false;
+    }
+    order->assign(m.last_order, m.last_order + fields.size());
+    *data_keys = Ref::FromBorrowed(m.last_data_keys);
+    *static_keys = Ref::FromBorrowed(m.last_static_keys);
+    return true;
+}
+
+// Keeps the layout just read (str names: int_keys false) as the memo. New values in place
+// before the old ones are released (a release can run Python code).
+void Remember(MappingLayout* m, const std::vector<Field>& fields, const std::vector<size_t>& order,
+              PyObject* aux) {
+    const size_t n = fields.size();
+    auto* new_order = static_cast<Py_ssize_t*>(PyMem_Malloc(sizeof(Py_ssize_t) * (n + 1)));
+    auto* new_data = static_cast<bool*>(PyMem_Malloc(sizeof(bool) * (n + 1)));
+    PyObject* names = PyTuple_New(static_cast<Py_ssize_t>(n));
+    if (new_order == nullptr || new_data == nullptr || names == nullptr) {
+        PyMem_Free(new_order);
+        PyMem_Free(new_data);
+        Py_XDECREF(names);
+        PyErr_Clear();  // a memo is optional: the read itself succeeded
+        return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        PyTuple_SET_ITEM(names, static_cast<Py_ssize_t>(i), Py_NewRef(fields[i].key.get()));
+        new_data[i] = fields[i].data;
+        new_order[i] = static_cast<Py_ssize_t>(order[i]);
+    }
+    PyObject* old[3] = {m->last_names, m->last_data_keys, m->last_static_keys};
+    PyMem_Free(m->last_order);
+    PyMem_Free(m->last_data);
+    m->last_names = names;
+    m->last_data_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 0));
+    m->last_static_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 1));
+    m->last_order = new_order;
+    m->last_data = new_data;
+    for (PyObject* o : old) Py_XDECREF(o);
+}
+
+}  // namespace
+
+void ClearMappingMemo(MappingLayout* m) {
+    PyObject* old[3] = {m->last_names, m->last_data_keys, m->last_static_keys};
+    m->last_names = m->last_data_keys = m->last_static_keys = nullptr;
+    PyMem_Free(m->last_order);
+    PyMem_Free(m->last_data);
+    m->last_order = nullptr;
+    m->last_data = nullptr;
+    for (PyObject* o : old) Py_XDECREF(o);
+}
+
 Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields* out) {
+    MappingLayout* m = node->mapping;
     Ref flags(DataFlags(node, dict));
     if (!flags) return PyErr_Occurred() ? Outcome::kError : Outcome::kLibraryOnce;
     const int int_keys = IntKeys(node, dict);
@@ -108,6 +217,11 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
         while (PyDict_Next(dict, &pos, &name, &value)) {
             fields.push_back(Field{Ref::FromBorrowed(name), Ref::FromBorrowed(value), false});
         }
+    }
+    std::vector<size_t> order;
+    Ref data_keys, static_keys;
+    if (!int_keys && MemoFits(*m, fields, flags.get(), &order, &data_keys, &static_keys)) {
+        return Emit(fields, order, want_aux, data_keys.get(), static_keys.get(), out);
     }
     for (Field& f : fields) {
         if (!PyUnicode_CheckExact(f.key.get())) return Outcome::kLibraryOnce;
@@ -130,7 +244,7 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
         if (flag != nullptr && flag != Py_True && flag != Py_False) return Outcome::kLibraryOnce;
         f.data = flag == Py_True;
     }
-    std::vector<size_t> order(fields.size());
+    order.resize(fields.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
         return KeyLess(fields[a].key.get(), fields[b].key.get());
@@ -140,30 +254,11 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
             return Outcome::kLibraryOnce;
         }
     }
-    for (size_t i : order) {
-        if (!fields[i].data) continue;
-        out->children.push_back(nullptr);  // the slot first: a push that throws leaks nothing
-        out->children[out->children.size() - 1] = fields[i].value.release();
+    const Outcome outcome = Emit(fields, order, want_aux, nullptr, nullptr, out);
+    if (outcome == Outcome::kNative && want_aux && !int_keys) {
+        Remember(m, fields, order, out->aux.get());
     }
-    if (!want_aux) return Outcome::kNative;
-    RefSmallVector<16> data_keys, static_keys, static_values;
-    for (size_t i : order) {
-        Field& f = fields[i];
-        if (f.data) {
-            PushOwned(data_keys, f.key.release());
-        } else {
-            PushOwned(static_keys, f.key.release());
-            PushOwned(static_values, f.value.release());
-        }
-    }
-    Ref a(StealIntoSequence(data_keys, /*as_tuple=*/true));
-    if (!a) return Outcome::kError;
-    Ref b(StealIntoSequence(static_keys, /*as_tuple=*/true));
-    if (!b) return Outcome::kError;
-    Ref c(StealIntoSequence(static_values, /*as_tuple=*/true));
-    if (!c) return Outcome::kError;
-    out->aux = Ref(PyTuple_Pack(3, a.get(), b.get(), c.get()));
-    return out->aux ? Outcome::kNative : Outcome::kError;
+    return outcome;
 }
 
 bool CheckMappingAux(const AttrNode* node, PyObject* aux, Py_ssize_t arity) {

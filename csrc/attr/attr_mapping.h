@@ -33,7 +33,19 @@ struct MappingLayout {
     PyObject* flags_type;     // the mapping's exact class (flax's HashableMapping)
     PyObject* flags_inner;    // "_mapping": the mapping's attribute holding its dict
     PyObject* int_keys_attr;  // "_pytree__has_int_keys": whether names may read as ints
+    // The last layout read (instances of a class are made by one __init__: the same names, in
+    // the same order, split the same way), so that the next instance like it skips the sort and
+    // reuses the two name tuples of its aux data. Names only, never a value: it keeps alive
+    // nothing but attribute names. Kept for str-named instances (int_keys false) only.
+    PyObject* last_names;        // tuple: the __dict__'s names in insertion order, or null
+    PyObject* last_data_keys;    // tuple: aux item 0 for that layout
+    PyObject* last_static_keys;  // tuple: aux item 1
+    Py_ssize_t* last_order;      // PyMem, len(last_names): insertion index of each sorted name
+    bool* last_data;             // PyMem, len(last_names): each name's flag, insertion order
 };
+
+// Releases what ReadMapping kept (the GC's clear, and the node's dealloc).
+void ClearMappingMemo(MappingLayout* m);
 
 // Reads a plain instance (`dict`: its exact __dict__) into `out`. kNative, kLibraryOnce (not
 // readable natively, nothing read), or kError.

@@ -4,6 +4,7 @@
 
 #include "attr/attr_mapping.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -185,11 +186,59 @@ PyObject* SortedItems(PyObject* meta) {
     });
 }
 
+// Whether `v` is an object Python never frees: None, a bool, a cached small int (all static
+// in CPython). Keeping one alive costs nothing flax would have freed.
+bool Immortal(PyObject* v) {
+    if (v == Py_None || v == Py_True || v == Py_False) return true;
+    if (!PyLong_CheckExact(v)) return false;
+    int overflow = 0;
+    const long x = PyLong_AsLongAndOverflow(v, &overflow);  // an exact int: nothing runs
+    return overflow == 0 && x >= -5 && x <= 256;
+}
+
+// node->last_aux again (a new reference) when `meta`, an exact dict, holds the very keys and
+// values it was made from, in any insertion order (a dict's keys are distinct: each found once
+// is all of them); else null (no error). Nothing runs: PyDict_Next and pointer compares.
+PyObject* KeptMetaItems(const AttrNode* node, PyObject* meta) {
+    PyObject* last = node->last_aux;
+    if (!node->meta_kept || last == nullptr || PyDict_GET_SIZE(meta) != PyTuple_GET_SIZE(last)) {
+        return nullptr;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(last);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(meta, &pos, &key, &value)) {
+        Py_ssize_t j = 0;
+        while (j < n && PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 0) != key) ++j;
+        if (j == n || PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 1) != value) return nullptr;
+    }
+    return Py_NewRef(last);
+}
+
+// Keeps `aux` (the sorted pairs just made from `meta`) as node->last_aux when its values are
+// immortal (see AttrNode::meta_kept). The old tuple is released last (a release can run Python
+// code).
+void KeepMetaItems(AttrNode* node, PyObject* aux) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(aux);
+    if (n == 0 || n > AttrNode::kMaxKeptMeta) return;
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        if (!Immortal(PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, j), 1))) return;
+    }
+    PyObject* old = node->last_aux;
+    node->last_aux = Py_NewRef(aux);
+    node->meta_kept = true;
+    node->aux_stamp = 0;  // the check's record was for the old tuple
+    Py_XDECREF(old);
+}
+
 PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
     if (node->names_as_aux) return Py_NewRef(node->data_fields);
     if (node->meta_items) {
         Ref meta(Value(node, inst, NumData(node), PyTuple_GET_ITEM(node->meta_fields, 0)));
         if (!meta) return nullptr;
+        if (PyDict_CheckExact(meta.get())) {
+            if (PyObject* kept = KeptMetaItems(node, meta.get())) return kept;
+        }
         PyObject* aux = SortedItems(meta.get());
         if (aux == nullptr && !PyErr_Occurred()) {
             PyErr_Format(PyExc_TypeError,
@@ -197,6 +246,7 @@ PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
                          reinterpret_cast<PyTypeObject*>(node->cls)->tp_name,
                          PyTuple_GET_ITEM(node->meta_fields, 0), meta.get());
         }
+        if (aux != nullptr) KeepMetaItems(node, aux);
         return aux;
     }
     // Shared when it cannot differ: no meta fields, and no extra fields to report.
@@ -264,8 +314,9 @@ int FieldsPresent(const AttrNode* node, const Instance& inst) {
 }
 
 // Runs the checker if one is due for this instance (the node is not delegating: the caller
-// asked). kNative to go on reading.
-Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
+// asked), and says so in *ran. kNative to go on reading.
+Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular, bool* ran) {
+    *ran = false;
     if (node->checker == nullptr) return Outcome::kNative;
     if (node->checks_left > 0) {
         --node->checks_left;
@@ -274,6 +325,7 @@ Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular) {
     } else {
         return Outcome::kNative;
     }
+    *ran = true;
     // Held for the call: the checker may drop the node's own reference (check_with again).
     Ref checker = Ref::FromBorrowed(node->checker);
     Ref verdict(PyObject_CallOneArg(checker.get(), obj));
@@ -302,14 +354,17 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
             if (present < 0) return Outcome::kError;
             if (!present) return Outcome::kLibraryOnce;
         }
-        const Outcome outcome = CheckIfDue(node, obj, regular);
+        bool checked;
+        const Outcome outcome = CheckIfDue(node, obj, regular, &checked);
         if (outcome != Outcome::kNative) return outcome;
-        // The checker ran Python code: read the instance as it is now.
-        if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
-        regular = Regular(node, inst);
-        if (regular < 0) return Outcome::kError;
-        if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
-        if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
+        if (checked) {
+            // The checker ran Python code: read the instance as it is now.
+            if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
+            regular = Regular(node, inst);
+            if (regular < 0) return Outcome::kError;
+            if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
+            if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
+        }
     }
     if (node->mapping != nullptr) {
         if (!inst.general && inst.dict) return ReadMapping(node, inst.dict.get(), want_aux, out);
@@ -399,6 +454,32 @@ PyObject* NoLibrary(const AttrNode* node) {
     return nullptr;
 }
 
+// dict(aux) for aux data of (key, value) pairs. Exact tuples of exact pairs (what the node's
+// flatten makes) are set directly; anything else goes through dict()'s own merge. A new
+// reference, or null with an error set.
+PyObject* MetadataDict(PyObject* aux) {
+    Ref metadata(PyDict_New());
+    if (!metadata) return nullptr;
+    bool pairs = PyTuple_CheckExact(aux);
+    for (Py_ssize_t i = 0; pairs && i < PyTuple_GET_SIZE(aux); ++i) {
+        PyObject* pair = PyTuple_GET_ITEM(aux, i);
+        pairs = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2;
+    }
+    if (!pairs) {
+        return PyDict_MergeFromSeq2(metadata.get(), aux, 1) < 0 ? nullptr : metadata.release();
+    }
+    // `aux` is the caller's and stays alive: a key's hash or == can run Python code, which
+    // cannot change a tuple.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(aux); ++i) {
+        PyObject* pair = PyTuple_GET_ITEM(aux, i);
+        if (PyDict_SetItem(metadata.get(), PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) <
+            0) {
+            return nullptr;
+        }
+    }
+    return metadata.release();
+}
+
 // getattr(cls, rebuild_with)(*children, dict(aux)): a meta_items node's rebuild, the class's own
 // (flax.nnx's Variable._new(value, metadata)).
 PyObject* BuildWith(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
@@ -408,8 +489,8 @@ PyObject* BuildWith(AttrNode* node, PyObject* aux, PyObject* const* children, Py
         return nullptr;
     }
     if (!CheckAux(node, aux, n)) return nullptr;
-    Ref metadata(PyDict_New());
-    if (!metadata || PyDict_MergeFromSeq2(metadata.get(), aux, 1) < 0) return nullptr;
+    Ref metadata(MetadataDict(aux));
+    if (!metadata) return nullptr;
     if (node->trace_classes != nullptr) {
         // flax.nnx's Variable._new(value, metadata), natively (one data field: the value).
         nnx_graph::TraceStates states(node->trace_classes);
@@ -814,6 +895,9 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
         Py_VISIT(n->mapping->flags_type);
         Py_VISIT(n->mapping->flags_inner);
         Py_VISIT(n->mapping->int_keys_attr);
+        Py_VISIT(n->mapping->last_names);
+        Py_VISIT(n->mapping->last_data_keys);
+        Py_VISIT(n->mapping->last_static_keys);
     }
     return 0;
 }
@@ -827,6 +911,7 @@ int Clear(PyObject* self) {
     Py_CLEAR(n->library_flatten_with_keys);
     Py_CLEAR(n->library_unflatten);
     Py_CLEAR(n->last_aux);  // static values may hold anything, the node itself included
+    n->meta_kept = false;
     n->use_library = false;
     n->delegate_irregular = false;
     n->checks_left = n->irregular_checks_left = 0;
@@ -853,6 +938,7 @@ void Dealloc(PyObject* self) {
         Py_CLEAR(n->mapping->flags_type);
         Py_CLEAR(n->mapping->flags_inner);
         Py_CLEAR(n->mapping->int_keys_attr);
+        ClearMappingMemo(n->mapping);  // attribute names only: no cycle runs through it
         PyMem_Free(n->mapping);
         n->mapping = nullptr;
     }
@@ -931,10 +1017,15 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         if (n->rebuild_with == nullptr || NumData(n) != 1 || !PyTuple_CheckExact(trace_classes) ||
             PyTuple_GET_SIZE(trace_classes) != 4 ||
             !PyType_Check(PyTuple_GET_ITEM(trace_classes, 0)) ||
-            !PyType_Check(PyTuple_GET_ITEM(trace_classes, 1))) {
+            !PyType_Check(PyTuple_GET_ITEM(trace_classes, 1)) ||
+            !(PyTuple_GET_ITEM(trace_classes, 3) == Py_None ||
+              (PyTuple_CheckExact(PyTuple_GET_ITEM(trace_classes, 3)) &&
+               PyTuple_GET_SIZE(PyTuple_GET_ITEM(trace_classes, 3)) == 2 &&
+               PyUnicode_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(trace_classes, 3), 1))))) {
             PyErr_SetString(PyExc_TypeError,
                             "attribute node: trace_classes is (TraceState, OpaqueTraceState, "
-                            "current_jax_trace, trace_ctx), with rebuild_with and one data field");
+                            "current_jax_trace, (holder, attribute name) of the current trace or "
+                            "None), with rebuild_with and one data field");
             return nullptr;
         }
         n->trace_classes = Py_NewRef(trace_classes);

@@ -67,6 +67,15 @@ struct AttrNode {
                              // model's layers share their static values; an aux tuple per node
                              // per flatten was most of a treedef's cost, and fed the cyclic GC)
     uint64_t aux_stamp;      // aux::CheckStamped's record for last_aux / regular_aux
+    // A meta_items node's last_aux: the sorted (key, value) pairs of the last metadata dict read,
+    // handed out again while a Variable's metadata holds the very same keys and values (most of
+    // a model's Variables of one class carry equal metadata). Kept only for metadata of at most
+    // kMaxKeptMeta names whose values are immortal (None, bools, cached small ints): it keeps
+    // alive nothing but those names. A shared aux tuple is also what makes jit's cache lookup
+    // cheap: JAX compares aux data with ==, which takes identity first. meta_kept: whether
+    // last_aux is such a tuple.
+    static constexpr Py_ssize_t kMaxKeptMeta = 16;
+    bool meta_kept;
     Py_ssize_t* slots;       // per field (data, meta, extra order): its slot offset, 0 if read
                              // from __dict__, kReadByGetAttr if through getattr (FindSlots)
                              // from __dict__ (PyMem; null when no field is a slot)
@@ -81,7 +90,8 @@ struct AttrNode {
                              // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
     PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
                               // Variable._new makes it (nnx_graph_variables.h, NewVariable);
-                              // (TraceState, OpaqueTraceState, current_jax_trace, trace_ctx)
+                              // (TraceState, OpaqueTraceState, current_jax_trace, (holder,
+                              // attribute name) of jax's current trace, or None)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
     bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).

@@ -91,7 +91,8 @@ enum UnflattenItem : Py_ssize_t {
     kLearnStateAux,       // callable(treedef) -> its PytreeState aux (and stores it), or None
     kPytreeStateType,     // pytreelib.PytreeState
     kTraceClasses,        // (tracers.TraceState, the class of tracers.current_jax_trace()'s
-                          // result, tracers.current_jax_trace, jax's trace_ctx or None):
+                          // result, tracers.current_jax_trace, where jax keeps the current
+                          // trace: (holder, attribute name) or None):
                           // nnx_graph_variables.h
     kUVariableBase,       // variablelib.Variable
     kStateType,           // statelib.State (update only)

@@ -16,7 +16,7 @@ namespace fastree::nnx_graph {
 // Makes flax's TraceState objects: tracers.TraceState() is a new object around jax's opaque trace
 // state of the current trace (tracers.current_jax_trace(): a new OpaqueTraceState around the
 // trace's weakref). `classes` is (TraceState, the OpaqueTraceState class, current_jax_trace,
-// jax's trace_ctx or None), borrowed from a holder that outlives this. The current trace is asked of jax once per
+// where jax keeps the current trace: (holder, attribute name) or None), borrowed from a holder that outlives this. The current trace is asked of jax once per
 // TraceStates: a walk's lifetime, or one rebuild.
 class TraceStates {
  public:
@@ -37,12 +37,14 @@ class TraceStates {
     bool Current() {
         if (trace_ref_ || asked_) return true;
         asked_ = true;
-        PyObject* trace_ctx = PyTuple_GET_ITEM(classes_, 3);
-        if (trace_ctx != Py_None) {
-            // get_opaque_trace_state()'s own reads: trace_ctx.trace._weakref (the Python side
-            // checked at attach that this is what it does); a missing trace asks jax's function,
-            // which says so as it does.
-            Ref trace(PyObject_GetAttr(trace_ctx, GetNames()->trace));
+        PyObject* trace_at = PyTuple_GET_ITEM(classes_, 3);  // (holder, attribute) or None
+        if (PyTuple_CheckExact(trace_at) && PyTuple_GET_SIZE(trace_at) == 2) {
+            // get_opaque_trace_state()'s own reads: trace_ctx.trace._weakref, the trace read
+            // where trace_ctx.trace reads it (jax_interop/compat.py, opaque_trace_context; the
+            // Python side checked at attach that this is what it does); a missing trace asks
+            // jax's function, which says so as it does.
+            Ref trace(PyObject_GetAttr(PyTuple_GET_ITEM(trace_at, 0),
+                                       PyTuple_GET_ITEM(trace_at, 1)));
             if (!trace) return false;
             if (trace.get() != Py_None) {
                 trace_ref_ = Ref(PyObject_GetAttr(trace.get(), GetNames()->weakref));

@@ -54,13 +54,15 @@ def known_code() -> bool:
 
 
 def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
-    """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, jax's
-    trace_ctx or None) of flax.nnx's ``tracers`` module: what the C code needs to make a
-    ``TraceState()`` as flax does (csrc/nnx/nnx_graph_variables.h). jax's trace context is given only
-    where flax's current_jax_trace is jax's get_opaque_trace_state and that reads it plainly:
-    the C code then reads the current trace's weakref from it instead of calling both."""
+    """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, where jax
+    keeps the current trace or None) of flax.nnx's ``tracers`` module: what the C code needs to
+    make a ``TraceState()`` as flax does (csrc/nnx/nnx_graph_variables.h). Where jax keeps the
+    current trace, ``(holder, attribute)``
+    (:func:`fastree.jax_interop.compat.opaque_trace_context`), is given only where flax's
+    current_jax_trace is jax's get_opaque_trace_state and that reads it plainly: the C code then
+    reads the current trace's weakref from it instead of calling both."""
     current = tracers.current_jax_trace
-    trace_ctx = _jax_compat.opaque_trace_context()
+    trace_at = _jax_compat.opaque_trace_context()
     if "get_opaque_trace_state" not in getattr(getattr(current, "__code__", None), "co_names", ()):
-        trace_ctx = None
-    return (tracers.TraceState, type(current()), current, trace_ctx)
+        trace_at = None
+    return (tracers.TraceState, type(current()), current, trace_at)

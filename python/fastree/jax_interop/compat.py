@@ -247,10 +247,15 @@ def _never_ref_array_types() -> tuple[type, ...]:
     return tuple(found)
 
 
-def opaque_trace_context() -> Any | None:
-    """jax's ``trace_ctx``, where ``get_opaque_trace_state()`` is
-    ``OpaqueTraceState(trace_ctx.trace._weakref)`` (so C code can read the current trace's
-    weakref directly: fastree.integrations.flax_nnx_graph), checked on a call; else None."""
+def opaque_trace_context() -> tuple[Any, str] | None:
+    """Where C code reads jax's current trace, ``(holder, attribute)``, when
+    ``get_opaque_trace_state()`` is ``OpaqueTraceState(trace_ctx.trace._weakref)`` (so the C
+    code can read the current trace's weakref directly: csrc/nnx/nnx_graph_variables.h), checked
+    on a call; else None.
+
+    ``trace_ctx.trace`` is a Python property over the config state ``trace_state_strong_ref``;
+    where it is exactly that (jax 0.5 and later, checked here by its code), the holder is that
+    state, read with no Python frame, else ``trace_ctx`` itself."""
     core = importlib.import_module("jax._src.core")
     trace_ctx = getattr(core, "trace_ctx", None)
     opaque_cls = getattr(core, "OpaqueTraceState", None)
@@ -265,7 +270,14 @@ def opaque_trace_context() -> Any | None:
         return None
     if type(made) is not opaque_cls or vars(made) != expected:
         return None
-    return trace_ctx
+    prop = getattr(type(trace_ctx), "trace", None)
+    strong_ref = getattr(core, "trace_state_strong_ref", None)
+    code = getattr(getattr(prop, "fget", None), "__code__", None)
+    if (isinstance(prop, property) and strong_ref is not None and code is not None
+            and code.co_names == ("trace_state_strong_ref", "value")
+            and getattr(strong_ref, "value", None) is trace):
+        return (strong_ref, "value")
+    return (trace_ctx, "trace")
 
 
 NEVER_REF_ARRAY_TYPES = _never_ref_array_types()
