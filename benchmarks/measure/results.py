@@ -73,6 +73,23 @@ class TreeInfo:
 
 
 @dataclass
+class FloorDistance:
+    """In one process (plain or installed): how far a library's tree is from its builtin-shape
+    twin, timed turn by turn with it (a workload of the "builtin-shape floor" group)."""
+
+    ratio: float
+    """Median over rounds of call time / floor time: 1.0 would be the floor itself."""
+    low: float
+    high: float
+    """The ratio's interval (stats.py)."""
+    confidence: float
+    floor_ns: float
+    """Median over rounds of the floor's ns per call."""
+    floor_samples: list[float] = field(default_factory=list)
+    """Each round's floor ns per call (the call's are the row's plain/installed samples)."""
+
+
+@dataclass
 class WorkloadRow:
     """One end-to-end workload: plain JAX vs fastree installed first, in alternating processes."""
 
@@ -105,6 +122,9 @@ class WorkloadRow:
     not_run: str | None = None
     """Why it was not timed: a library missing, no installed mode ("unavailable: ..."), a failure,
     or results that differ between the two modes ("EXCLUDED: ...")."""
+    floor: dict[str, FloorDistance] = field(default_factory=dict)
+    """"plain" / "installed" -> that process's distance from the builtin-shape floor; empty for a
+    workload without a floor."""
 
 
 @dataclass
@@ -145,10 +165,15 @@ class RunResult:
             rows=[Row(**r) for r in data["rows"]],
             skipped=[Note(**n) for n in data["skipped"]],
             excluded=[Note(**n) for n in data["excluded"]],
-            workloads=[WorkloadRow(**w) for w in data.get("workloads", [])],
+            workloads=[_workload_row(w) for w in data.get("workloads", [])],
             duration_s=data["duration_s"],
             schema=data["schema"],
         )
 
     def write(self, path: Path) -> None:
         path.write_text(self.to_json() + "\n")
+
+
+def _workload_row(data: dict[str, Any]) -> WorkloadRow:
+    floor = {mode: FloorDistance(**d) for mode, d in data.get("floor", {}).items()}
+    return WorkloadRow(**{**data, "floor": floor})

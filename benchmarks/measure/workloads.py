@@ -11,7 +11,9 @@ time (equinox) sees fastree from its first line, and neither mode inherits the o
 compiled executables or heap.
 
 A round's ratio is plain time / installed time; the figure is the median of all rounds' ratios,
-over ``pairs`` pairs of processes, with its interval (``stats``). A workload whose two processes
+over ``pairs`` pairs of processes, with its interval (``stats``). A workload with a floor
+(``benchmarks.workloads.floor``) also answers its floor's time from the same turn; each process's
+call / floor ratios give that process's distance from the floor (``FloorDistance``). A workload whose two processes
 fingerprint their results differently is excluded (its speedup would compare different work);
 one that fails in either process is reported with the failure.
 """
@@ -30,7 +32,7 @@ from typing import Any, Protocol
 
 from benchmarks.measure import stats
 from benchmarks.measure.child import ANSWER_PREFIX
-from benchmarks.measure.results import WorkloadRow
+from benchmarks.measure.results import FloorDistance, WorkloadRow
 from benchmarks.workloads.base import Workload
 
 PLAIN, INSTALLED = "plain", "installed"
@@ -141,6 +143,8 @@ def run_workloads(
     """One row per workload: timed over ``pairs`` x ``rounds`` rounds, or ``not_run`` saying why."""
     rows = {w.name: _row(w) for w in workloads}
     samples = {w.name: {PLAIN: [], INSTALLED: []} for w in workloads}
+    # name -> mode -> each round's floor ns, for the workloads with a floor.
+    floors = {w.name: {PLAIN: [], INSTALLED: []} for w in workloads}
     for pair in range(pairs):
         active = [w for w in workloads if rows[w.name].not_run is None]
         if not active:
@@ -157,7 +161,7 @@ def run_workloads(
                         ].not_run = f"unavailable: the {mode} process ran with fastree {state}"
                     return list(rows.values())
             for workload in active:
-                _time_one(workload, children, size, target_ns, rounds, rows, samples)
+                _time_one(workload, children, size, target_ns, rounds, rows, samples, floors)
         except RuntimeError as error:  # a process died: say so for what it left untimed
             for workload in active:
                 if rows[workload.name].not_run is None:
@@ -171,6 +175,7 @@ def run_workloads(
         row = rows[workload.name]
         if row.not_run is None:
             _finish(row, samples[workload.name][PLAIN], samples[workload.name][INSTALLED])
+            _finish_floor(row, samples[workload.name], floors[workload.name])
     return list(rows.values())
 
 
@@ -182,6 +187,7 @@ def _time_one(
     rounds: int,
     rows: dict[str, WorkloadRow],
     samples: dict[str, dict[str, list[float]]],
+    floors: dict[str, dict[str, list[float]]],
 ) -> None:
     row = rows[workload.name]
     request = {"cmd": "build", "name": workload.name, "size": size, "target_ns": target_ns}
@@ -206,6 +212,8 @@ def _time_one(
                 return
         for mode in (PLAIN, INSTALLED):
             samples[workload.name][mode].append(timed[mode]["ns"])
+            if "floor_ns" in timed[mode]:
+                floors[workload.name][mode].append(timed[mode]["floor_ns"])
 
 
 def _finish(row: WorkloadRow, plain: list[float], installed: list[float]) -> None:
@@ -215,6 +223,24 @@ def _finish(row: WorkloadRow, plain: list[float], installed: list[float]) -> Non
     row.speedup, row.speedup_low, row.speedup_high = estimate.value, estimate.low, estimate.high
     row.confidence, row.verdict, row.rounds = estimate.confidence, estimate.verdict, estimate.rounds
     row.plain_samples, row.installed_samples = list(plain), list(installed)
+
+
+def _finish_floor(
+    row: WorkloadRow, calls: dict[str, list[float]], floors: dict[str, list[float]]
+) -> None:
+    """Each process's call / floor, round by round, when every round timed a floor."""
+    for mode in (PLAIN, INSTALLED):
+        if not floors[mode] or len(floors[mode]) != len(calls[mode]):
+            continue
+        estimate = stats.paired(calls[mode], floors[mode])
+        row.floor[mode] = FloorDistance(
+            ratio=estimate.value,
+            low=estimate.low,
+            high=estimate.high,
+            confidence=estimate.confidence,
+            floor_ns=stats.median(floors[mode]),
+            floor_samples=list(floors[mode]),
+        )
 
 
 def _row(workload: Workload) -> WorkloadRow:

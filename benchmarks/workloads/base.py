@@ -23,6 +23,9 @@ from benchmarks.unsupported import Unsupported
 PROGRAM, EQUINOX_MODEL, NNX_MODEL = "program", "equinox model", "nnx model"
 """Workload groups: end-to-end program fragments, and single operations on an equinox model and
 on a flax.nnx model (where fastree's library nodes apply)."""
+FLOOR = "builtin-shape floor"
+"""The group of workloads timed against a floor (``Prepared.floor``): a library's tree against
+the same shape built from builtin containers, in the same process (``floor``)."""
 
 
 def require(module: str) -> ModuleType:
@@ -76,6 +79,10 @@ class Prepared:
     """What was built, e.g. "12 blocks, 147 arrays": goes into the report's description."""
     fingerprint: Callable[[Any], str] = values_fingerprint
     """result -> a digest equal in both modes when they agree."""
+    floor: Callable[[], Any] | None = None
+    """The same work on the builtin-shape twin of the call's tree, or None. When set, each turn
+    times both calls, interleaved, and the row reports call / floor in each process; its
+    result is fingerprinted along with the call's."""
 
 
 @dataclass(frozen=True)
