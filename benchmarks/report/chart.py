@@ -34,6 +34,7 @@ from benchmarks.report.palette import (
 )
 from benchmarks.report.plotting import ONE_X_LINE, log_speedup_axis, pyplot, speedup_label
 from benchmarks.unsupported import Unsupported
+from benchmarks.workloads.base import FLOOR
 
 CAPTION_WIDTH = 190
 """Characters per caption line: what a 15-inch figure holds at 9 points."""
@@ -53,7 +54,8 @@ def write_chart(result: RunResult, path: Path) -> None:
     competitors = [
         name for name in HEADLINE_COMPETITORS if any(name in by_lib for by_lib in means.values())
     ]
-    workloads = list(result.workloads)
+    # The floor rows' figure is not a speedup (report.md's floor table has them).
+    workloads = [row for row in result.workloads if row.group != FLOOR]
     memory = [row for row in result.rows if row.op == MEMORY_OP]
     if not competitors and not workloads:
         raise Unsupported(

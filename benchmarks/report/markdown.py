@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.data.operations import MEMORY_OP, OPERATIONS
 from benchmarks.measure.results import MEMORY_UNIT, Row, RunResult, WorkloadRow
+from benchmarks.report import floor
 from benchmarks.report.format import format_interval, format_ratio, format_value
 from benchmarks.report.grid import (
     library_columns,
@@ -19,6 +20,7 @@ from benchmarks.report.grid import (
 )
 from benchmarks.report.notes import grouped_notes
 from benchmarks.report.palette import HEADLINE_COMPETITORS
+from benchmarks.workloads.base import FLOOR
 
 VERDICT_MARK = {"faster": "", "same": " =", "slower": " **slower**"}
 """Appended to a ratio: "=" when its interval includes 1.0x, "slower" when it lies below."""
@@ -52,6 +54,7 @@ def render_markdown(
     parts += _summary(result)
     parts += _slower(result)
     parts += _workloads(result)
+    parts += floor.section(result)
     parts += _memory(result)
     parts += _variants(result)
     if details_file:
@@ -244,7 +247,9 @@ def _slower(result: RunResult) -> list[str]:
 
 
 def _workloads(result: RunResult) -> list[str]:
-    if not result.workloads:
+    # The floor rows' figure is their distance from the floor: a table of their own (floor.py).
+    workloads = [row for row in result.workloads if row.group != FLOOR]
+    if not workloads:
         return []
     lines = [
         "## End-to-end workloads: plain JAX vs fastree installed first",
@@ -258,14 +263,14 @@ def _workloads(result: RunResult) -> list[str]:
         "means installing fastree made it faster**; `=` marks an interval that includes 1.0×.",
         "",
     ]
-    for group in dict.fromkeys(row.group for row in result.workloads):
+    for group in dict.fromkeys(row.group for row in workloads):
         lines += [
             f"### {_GROUP_TITLES.get(group, group)}",
             "",
             "| workload | plain | installed | speedup [interval] | where the time goes |",
             "|---|---:|---:|---:|---|",
         ]
-        for row in (r for r in result.workloads if r.group == group):
+        for row in (r for r in workloads if r.group == group):
             lines.append(_workload_line(row))
         lines.append("")
     routes = result.environment.get("fastree_installed_routes")

@@ -17,11 +17,13 @@ from pathlib import Path
 
 from benchmarks.data.operations import MEMORY_OP, OPERATIONS
 from benchmarks.measure.results import MEMORY_UNIT, Row, RunResult, WorkloadRow
+from benchmarks.report import floor
 from benchmarks.report.format import format_interval, format_value
 from benchmarks.report.grid import MeanRatio, library_columns, mean_ratios, slower_cells
 from benchmarks.report.markdown import interval_scope, interval_widths, load_text
 from benchmarks.report.outputs import CHART_PNG, REPORT_MD, RESULTS_JSON
 from benchmarks.report.palette import HEADLINE_COMPETITORS, label_of
+from benchmarks.workloads.base import FLOOR
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
 BLOCKS = ("summary", "figures")
@@ -300,9 +302,10 @@ def _cell(row: Row) -> str:
 
 
 def _workloads(result: RunResult) -> list[str]:
-    if not result.workloads:
-        return []
-    timed = next((row for row in result.workloads if row.rounds), None)
+    workloads = [row for row in result.workloads if row.group != FLOOR]  # floor.readme_lines
+    if not workloads:
+        return floor.readme_lines(result)
+    timed = next((row for row in workloads if row.rounds), None)
     lines = [
         "**Whole programs**: each workload timed in a plain JAX process and in one with fastree "
         "installed first (`python -m fastree.run`), the two taking turns"
@@ -317,11 +320,11 @@ def _workloads(result: RunResult) -> list[str]:
         "| workload | plain | installed | speedup [interval] |",
         "|---|---:|---:|---:|",
     ]
-    for group in dict.fromkeys(row.group for row in result.workloads):
+    for group in dict.fromkeys(row.group for row in workloads):
         lines.append(f"| *{GROUP_TITLES.get(group, group)}* | | | |")
-        for row in (r for r in result.workloads if r.group == group):
+        for row in (r for r in workloads if r.group == group):
             lines.append(_workload_line(row))
-    return [*lines, ""]
+    return [*lines, "", *floor.readme_lines(result)]
 
 
 def _workload_line(row: WorkloadRow) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.measure.results import RunResult
+from benchmarks.report import floor
 from benchmarks.report.format import format_interval, format_ratio, format_value
 from benchmarks.report.grid import tree_blocks
 
@@ -70,5 +71,6 @@ def render_workloads(result: RunResult) -> str:
         out.append(
             f"{row.name:<{width}}  {format_value(row.plain, 'ns'):>10}  "
             f"{format_value(row.installed, 'ns'):>10}  {speedup} ({row.verdict})"
+            + floor.table_suffix(row)
         )
     return "\n".join(out) + "\n"

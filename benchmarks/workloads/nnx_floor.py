@@ -91,7 +91,7 @@ def _jit_call(s: SimpleNamespace, _twin: Any) -> tuple[Callable[[], Any], Callab
     def noop(model: Any, optimizer: Any) -> None:
         return None
 
-    _state_, arrays = _split_arrays(s)
+    arrays = _split_arrays(s)[1]
     return (lambda: noop(s.model, s.optimizer)), jit_on_arrays(arrays)
 
 
