@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from typing import Any
 
-VARIABLE, UNSERVED = 2, 10  # csrc/nnx/nnx_graph.h, Kind
+from ._flax_nnx_graph_kinds import UNSERVED, VARIABLE
 
 
 class Undecidable(Exception):

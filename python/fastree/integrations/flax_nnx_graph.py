@@ -38,7 +38,24 @@ from typing import Any
 from .. import _core
 from ..jax_interop import compat as _jax_compat
 from . import _flax_nnx_graph_compare as _compare
+from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
+from ._flax_nnx_graph_kinds import (
+    ARRAY_LEAF,
+    CALLS_ITS_OWN,
+    DICT,
+    GENERIC_PYTREE,
+    GRAPH_NODE,
+    LEAF,
+    LIST,
+    NNX_PYTREE,
+    NONE,
+    PYTREE_NODE,
+    PYTREE_STATE,
+    TUPLE,
+    UNSERVED,
+    VARIABLE,
+)
 
 _GRAPHLIB = "flax.nnx.graphlib"
 # What the graph walks reproduce (csrc/nnx_graph_*.cpp; docs/porting-library-integrations.md
@@ -75,14 +92,7 @@ _RECORD_FIELDS = {
     "Static": ("value",),
     "GraphDef": ("nodes", "attributes", "num_leaves"),
 }
-# The Kind codes of csrc/nnx/nnx_graph.h.
-LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
-LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = range(6, 13)
-
-# Kinds with nothing native to check: the walk calls the type's own (Python) functions, and a
-# check would call them a second time (a flatten with side effects would see its own effects).
-# Unserved types never reach the walk.
-_CALLS_ITS_OWN = (GRAPH_NODE, PYTREE_NODE, UNSERVED)
+_CALLS_ITS_OWN = CALLS_ITS_OWN
 
 _lock = threading.Lock()
 # Whether this thread is inside a native update: a subtree the walk hands to flax's function comes
@@ -290,6 +300,11 @@ class _Graph:
                 return unserved
             return (VARIABLE, None, cls) if self._plain_variable(cls) else unserved
         return unserved
+
+    def node_kind_of(self, cls: type) -> tuple[int, Any, Any]:
+        """The unflatten table's entry of ``cls``, without recording it."""
+        entry = self.node_kinds.get(cls)
+        return entry if entry is not None else self._node_kind(cls)
 
     def kind_of(self, cls: type) -> tuple[int, Any, Any]:
         """The table entry of ``cls`` (its kind, impl, type), without recording it."""
@@ -553,6 +568,11 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, 
                      ref_index: Any, ref_outer_index: Any) -> Any:
     # The first walk over new types: flax's function runs too, on a copy of the map, and its
     # result is the one returned unless the two are the same.
+    # A graph holding a user's node functions (a custom graph node, a jax pytree of Python
+    # functions) has them run a second time here, on a split's first check only: flax's walk
+    # is what proves the types this walk met, and a result left unchecked could be wrong
+    # (tests/test_nnx_graph_check_state.py, a proxy beside such a node). merge and update
+    # leave such graphs to flax instead (_checked_unflatten, _checked_update).
     met = graph.pending
     theirs_map = graph.graphlib.PythonRefMap()
     theirs_map._mapping.update(ref_index._mapping)
@@ -649,6 +669,13 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
     # changes twice), and the results are compared. The call itself is then served by the
     # native walk if they are the same, else by flax's function from then on for those types.
     index_map = graph.index_map
+    if _user_code.in_graphdef(graph, graphdef):
+        # Two rebuilds would run a user's create_empty/init (or unflatten) twice: this call is
+        # flax's alone, and the types wait for a graph without such nodes.
+        graph.forget_pending()
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
     ours_map = index_map(index_ref)
     ours = _core.nnx_graph_unflatten(*args, ours_map, None, recreate_variables,
                                      graph.unflatten_context)
@@ -737,17 +764,22 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
     # calls are flax's (no check per level, which made a chain's first update quadratic).
     _updating.checking = True
     try:
-        decided = _compare_update(graph, node, state)
+        # Copies, two updates and their comparison would run a user's node functions again.
+        user_code = _user_code.in_graph(graph, node)
+        decided = None if user_code else _compare_update(graph, node, state)
     finally:
         _updating.checking = False
     root = type(node)
     if decided is None:
-        # Undecided (no copy could be made, or a difference that cannot be judged): after a
-        # few such checks the root type stays flax's, rather than paying a check per update.
+        # Undecided (no copy could be made, a difference that cannot be judged, or a check
+        # that would run a user's functions twice): after a few such checks the root type stays
+        # flax's, rather than paying a check per update.
         count = graph.undecided_updates.get(root, 0) + 1
         graph.undecided_updates[root] = count
         if count >= _UNDECIDED_LIMIT:
-            graph.fallbacks[root] = f"the first {count} updates' checks could not decide"
+            graph.fallbacks[root] = (
+                "its graph holds nodes whose own functions a check would run again" if user_code
+                else f"the first {count} updates' checks could not decide")
         return False
     return decided
 

@@ -1,0 +1,148 @@
+"""Whether a flax graph walk would run a user's own functions, found without running them.
+
+A first-walk check (:mod:`fastree.integrations.flax_nnx_graph`) runs flax's function beside the
+native walk and compares the two. For the nodes flax and fastree read themselves that costs a
+second read nobody can see. A node whose impl calls functions a user registered
+(``graphlib.register_graph_node_type``, ``graphlib.register_pytree_node_type``, a jax pytree
+registered with Python functions) would see each of its calls twice: a flatten that counts, a
+``create_empty`` that allocates or registers. So the checks ask here first, and a call whose
+check would run such a function again is flax's alone, as it would be without fastree.
+
+A function is library code when it is C code or Python code of flax, jax, optax, equinox, chex or
+fastree: calling it again changes nothing a program can see. Anything else is the user's.
+Nothing here calls a user's function: the walks below stop at a node that would.
+
+>>> def flatten(box):
+...     return (box.items,), None
+>>> flatten.__module__ = "my_project.nodes"
+>>> _library_function(len), _library_function(flatten)
+(True, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any
+
+from ..jax_interop import compat as _jax_compat
+from ._flax_nnx_graph_kinds import CALLS_ITS_OWN, DICT, LIST, NNX_PYTREE, TUPLE
+
+_LIBRARY_PACKAGES = frozenset({"flax", "jax", "jaxlib", "optax", "equinox", "chex", "fastree"})
+_C_FUNCTIONS = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
+                types.MethodWrapperType, types.MethodDescriptorType)
+
+
+def _library_function(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        if any(not _library_function(arg) for arg in fn.args if callable(arg)):
+            return False
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)  # a bound method or classmethod: its function
+    if isinstance(fn, _C_FUNCTIONS):
+        return True
+    module = fn.__module__ if isinstance(fn, types.FunctionType) else type(fn).__module__
+    return isinstance(module, str) and module.partition(".")[0] in _LIBRARY_PACKAGES
+
+
+def impl_runs_user_code(impl: Any) -> bool:
+    """Whether a flax node impl (a dataclass of the node type's functions) holds a user's one."""
+    if not dataclasses.is_dataclass(impl):
+        return True
+    return any(
+        callable(value) and not isinstance(value, type) and not _library_function(value)
+        for value in (getattr(impl, field.name, None) for field in dataclasses.fields(impl))
+    )
+
+
+def jax_node_runs_user_code(cls: type) -> bool:
+    """Whether jax flattens or rebuilds ``cls`` with a user's function (its registration)."""
+    entry = _jax_compat.jax_registry_entry(cls)
+    if entry is None:
+        return False  # not registered through Python: jaxlib's own kinds
+    return not all(_library_function(getattr(entry, name, None) or len)
+                   for name in ("to_iter", "from_iter"))
+
+
+def _treedef_runs_user_code(treedef: Any) -> bool:
+    stack = [treedef]
+    while stack:
+        node = stack.pop()
+        data = node.node_data()
+        if data is not None and isinstance(data[0], type) and jax_node_runs_user_code(data[0]):
+            return True
+        stack.extend(node.children())
+    return False
+
+
+def _or_true_on_error(scan: Any) -> Any:
+    # A scan that fails (a library flatten raising on a half-built object) cannot say "no": the
+    # caller then runs no second walk, which is always safe.
+    @functools.wraps(scan)
+    def guarded(graph: Any, target: Any) -> bool:
+        try:
+            return scan(graph, target)
+        except Exception:  # noqa: BLE001 - see above; KeyboardInterrupt and kin pass
+            return True
+
+    return guarded
+
+
+@_or_true_on_error
+def in_graphdef(graph: Any, graphdef: Any) -> bool:
+    """Whether rebuilding ``graphdef`` (flax's unflatten) runs a user's function: a node type
+    whose impl holds one, or a jax pytree (a ``GenericPytree`` node) whose treedef does. True
+    also when that cannot be told."""
+    generic = getattr(graph.graphlib, "GenericPytree", None)
+    for record in graphdef.nodes:
+        cls = getattr(record, "type", None)
+        if cls is None:
+            continue
+        if cls is generic:
+            treedef = getattr(getattr(record, "metadata", None), "treedef", None)
+            if treedef is not None and _treedef_runs_user_code(treedef):
+                return True
+            continue
+        kind, impl, _ = graph.node_kind_of(cls)
+        if kind in CALLS_ITS_OWN and impl is not None and impl_runs_user_code(impl):
+            return True
+    return False
+
+
+@_or_true_on_error
+def in_graph(graph: Any, root: Any) -> bool:
+    """Whether flax's walk of the live graph under ``root`` (its flatten, its update) runs a
+    user's function. Reads what flax's walk reads up to such a node, through library code only;
+    each object once (a graph may share and cycle). True also when that cannot be told."""
+    graphlib = graph.graphlib
+    generic_impl = getattr(graphlib, "PYTREE_NODE_IMPL", None)
+    seen: dict[int, Any] = {}  # id -> the object, held so that no id is reused meanwhile
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen[id(obj)] = obj
+        kind, impl, _ = graph.kind_of(type(obj))
+        if kind == NNX_PYTREE:
+            # Its own __dict__, as flax's _graph_node_flatten reads it (vars()), without the
+            # class's attribute hooks.
+            stack.extend(object.__getattribute__(obj, "__dict__").values())
+        elif kind in (LIST, TUPLE):
+            stack.extend(obj)
+        elif kind == DICT:
+            stack.extend(obj.values())
+        elif kind in CALLS_ITS_OWN and impl is not None:
+            if impl_runs_user_code(impl):
+                return True
+            if impl is generic_impl:
+                if jax_node_runs_user_code(type(obj)):
+                    return True
+                children, _ = _jax_compat.tree_util.tree_flatten(
+                    obj, is_leaf=lambda x, node=obj: x is not node)
+                stack.extend(children)
+            else:
+                items, _ = impl.flatten(obj)  # library code (checked above)
+                stack.extend(value for _, value in items)
+    return False
