@@ -1,5 +1,6 @@
 """The first-walk checks of flax.nnx graph mode: each walk checks its own types, a check costs
-O(graph), and a check that cannot decide is not repeated for ever.
+O(graph), a check that cannot decide is not repeated for ever, and a merge into the caller's
+objects (an outer index map) is checked on its own first walks.
 
 Each case runs in child processes, plain and under ``python -m fastree.run``: results and the
 number of flax walks are compared, never timings.
@@ -158,3 +159,56 @@ def test_an_undecided_update_check_is_not_repeated_for_ever():
     # Three checks (about 33 walks of flax's each here), then flax's update alone, which walks
     # nothing more than plain flax does; a check on every update was about 30 walks each.
     assert installed["walks"] <= plain["walks"] + 3 * 40, (installed, plain)
+
+
+# A merge into the caller's objects (nnx.jit's merge back) is compared with flax's on its own
+# first walks. A difference is forced here (the comparison says so, for the outer check only):
+# the types then stay flax's, with the reason, and the program's results are flax's.
+_OUTER_MERGE = r"""
+import json, sys, inspect
+import jax.numpy as jnp
+from flax import nnx
+from fastree.integrations import flax_nnx_graph
+
+force = len(sys.argv) > 1 and sys.argv[1] == "force"
+compare = flax_nnx_graph._compare.rebuilt_difference
+def forced(graph, ours, theirs):
+    outer = inspect.currentframe().f_back.f_code.co_name == "_checked_outer_unflatten"
+    return "forced" if force and outer else compare(graph, ours, theirs)
+flax_nnx_graph._compare.rebuilt_difference = forced
+
+class Model(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones(3))
+        self.count = nnx.BatchStat(jnp.zeros(()))
+
+@nnx.jit
+def step(model):
+    model.w[...] = model.w[...] * 2
+    model.count[...] = model.count[...] + 1
+
+model = Model()
+for _ in range(3):
+    step(model)
+graph = flax_nnx_graph._graph
+print(json.dumps({
+    "w": [float(x) for x in model.w[...]], "count": float(model.count[...]),
+    "outer_verified": sorted(c.__qualname__ for c in graph.outer.verified_nodes | graph.outer.verified),
+    "fallbacks": sorted(f"{c.__qualname__}: {r}" for c, r in graph.fallbacks.items()),
+}))
+"""
+
+
+def test_a_merge_into_the_callers_objects_is_checked():
+    checked = run_json_program(_OUTER_MERGE, True)
+    assert "Model" in checked["outer_verified"] and "Param" in checked["outer_verified"]
+    assert checked["fallbacks"] == []
+    assert checked["w"] == [8.0, 8.0, 8.0] and checked["count"] == 3.0
+
+
+def test_a_difference_in_a_merge_into_the_callers_objects_leaves_it_to_flax():
+    forced = run_json_program(_OUTER_MERGE, True, "force")
+    assert forced["outer_verified"] == []
+    assert forced["fallbacks"], forced
+    assert all("merging into existing objects: forced" in f for f in forced["fallbacks"])
+    assert forced["w"] == [8.0, 8.0, 8.0] and forced["count"] == 3.0

@@ -128,3 +128,4 @@ def test_library_only_graphs_are_still_checked_and_native():
     assert result["fallbacks"] == []
     assert result["verified_updates"] >= 1
     assert all(v == "native" for v in result["status"].values()), result["status"]
+

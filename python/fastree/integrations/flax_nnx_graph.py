@@ -166,11 +166,7 @@ class _Graph:
         # id(treedef) -> (treedef, aux) for the treedefs of lone PytreeStates (learn_state_aux).
         self.state_auxes: dict[int, tuple[Any, Any]] = {}
         self.pytree_state_unflatten = getattr(pytreelib, "_unflatten_pytree_state", None)
-        self.unflatten_context = _context(_core.NNX_GRAPH_UNFLATTEN_CONTEXT, {
-            "leaf_kinds": self.kinds,
-            "classify_leaf": self.classify,
-            "node_kinds": self.node_kinds,
-            "classify_node_type": self.classify_node_type,
+        unflatten_items = {
             "NodeDef": graphlib.NodeDef,
             "VariableDef": graphlib.VariableDef,
             "NodeRef": graphlib.NodeRef,
@@ -187,6 +183,24 @@ class _Graph:
             "State": sys.modules["flax.nnx.statelib"].State,
             "update_dynamic": self.flax_update,
             "Mapping": collections.abc.Mapping,
+        }
+        self.unflatten_context = _context(_core.NNX_GRAPH_UNFLATTEN_CONTEXT, {
+            **unflatten_items,
+            "leaf_kinds": self.kinds,
+            "classify_leaf": self.classify,
+            "node_kinds": self.node_kinds,
+            "classify_node_type": self.classify_node_type,
+        })
+        # A merge into the caller's objects (an outer index map: the end of nnx.jit and of every
+        # transform) walks with tables of its own, so that its first walks over each type are
+        # compared with flax's too (_checked_outer_unflatten).
+        self.outer = _OuterChecks(self)
+        self.outer_unflatten_context = _context(_core.NNX_GRAPH_UNFLATTEN_CONTEXT, {
+            **unflatten_items,
+            "leaf_kinds": self.outer.kinds,
+            "classify_leaf": self.outer.classify,
+            "node_kinds": self.outer.node_kinds,
+            "classify_node_type": self.outer.classify_node_type,
         })
         self.merge_checked = False
         # flax functions left to flax after a difference: name -> reason ("code": a mirrored
@@ -217,7 +231,16 @@ class _Graph:
         if generation != self.generation:
             self.kinds.clear()
             self.node_kinds.clear()
+            self.outer.kinds.clear()
+            self.outer.node_kinds.clear()
             self.generation = generation
+
+    def fall_back(self, classes: list[type], why: str) -> None:
+        """Leaves ``classes`` to flax from now on, in every table."""
+        for cls in classes:
+            self.fallbacks[cls] = why
+            for table in (self.kinds, self.node_kinds, self.outer.kinds, self.outer.node_kinds):
+                table.pop(cls, None)
 
     def classify(self, cls: type) -> tuple[int, Any, Any]:
         entry = self._kind(cls)
@@ -367,6 +390,47 @@ class _Graph:
                          "from_metadata", "_new", "update_from_state", "set_raw_value",
                          "_check_can_update")
         )
+
+
+class _OuterChecks:
+    """The tables and first-walk checks of merges into the caller's objects (an outer index map).
+
+    The same entries as the graph's own tables (``_Graph.classify``), kept apart: a type
+    verified by a merge into new objects is still pending here until a merge into existing ones
+    met it and was compared with flax's (``_checked_outer_unflatten``).
+    """
+
+    def __init__(self, graph: _Graph) -> None:
+        self.graph = graph
+        self.kinds: dict[type, tuple[int, Any, Any]] = {}
+        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
+        self.pending: list[type] = []
+        self.pending_nodes: list[type] = []
+        self.verified: set[type] = set()
+        self.verified_nodes: set[type] = set()
+
+    def classify(self, cls: type) -> tuple[int, Any, Any]:
+        graph = self.graph
+        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._kind(cls)
+        self.kinds[cls] = entry
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
+            self.pending.append(cls)
+        return entry
+
+    def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
+        graph = self.graph
+        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._node_kind(cls)
+        self.node_kinds[cls] = entry
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
+            self.pending_nodes.append(cls)
+        return entry
+
+    def forget_pending(self) -> None:
+        for cls in self.pending:
+            self.kinds.pop(cls, None)
+        for cls in self.pending_nodes:
+            self.node_kinds.pop(cls, None)
+        self.pending, self.pending_nodes = [], []
 
 
 def _context(names: tuple[str, ...], items: dict[str, Any]) -> tuple[Any, ...]:
@@ -590,9 +654,7 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, 
         graph.verified.update(met)
         ref_index._mapping.update(added)
         return out
-    for cls in met:
-        graph.fallbacks[cls] = why
-        graph.kinds.pop(cls, None)
+    graph.fall_back(met, why)
     ref_index._mapping.clear()
     ref_index._mapping.update(theirs_map._mapping)
     return theirs
@@ -639,15 +701,20 @@ def _make_unflatten(graph: _Graph) -> Any:
         try:
             graph.refresh()
             args = (graphdef.nodes, graphdef.attributes, leaves)
+            # Into the caller's objects: the outer tables and checks (_OuterChecks).
+            into_existing = outer_index_outer_ref is not None
+            checks = graph.outer if into_existing else graph
+            context = graph.outer_unflatten_context if into_existing else graph.unflatten_context
+            checked = _checked_outer_unflatten if into_existing else _checked_unflatten
             for _ in range(2):
-                if graph.pending or graph.pending_nodes:
-                    return _checked_unflatten(graph, args, state, graphdef, index_ref,
-                                              outer_index_outer_ref, recreate_variables)
+                if checks.pending or checks.pending_nodes:
+                    return checked(graph, args, state, graphdef, index_ref,
+                                   outer_index_outer_ref, recreate_variables)
                 try:
                     result = native(*args, index_ref, outer_index_outer_ref, recreate_variables,
-                                    graph.unflatten_context)
+                                    context)
                 except BaseException:
-                    graph.forget_pending()
+                    checks.forget_pending()
                     raise
                 if result is not False:
                     break
@@ -664,10 +731,11 @@ def _make_unflatten(graph: _Graph) -> Any:
 
 def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphdef: Any,
                        index_ref: Any, outer: Any, recreate_variables: bool) -> Any:
-    # A walk over types no checked walk met: flax's function and the native one each rebuild
-    # the graph from a copy of the index map, without the outer map (so that no caller's object
-    # changes twice), and the results are compared. The call itself is then served by the
-    # native walk if they are the same, else by flax's function from then on for those types.
+    # A merge into new objects (no outer map: merges into the caller's objects are
+    # _checked_outer_unflatten's) over types no checked walk met: flax's function and the
+    # native one each rebuild the graph from a copy of the index map, and the results are
+    # compared. The call itself is then served by the native walk if they are the same, else
+    # by flax's function from then on for those types.
     index_map = graph.index_map
     if _user_code.in_graphdef(graph, graphdef):
         # Two rebuilds would run a user's create_empty/init (or unflatten) twice: this call is
@@ -701,22 +769,73 @@ def _checked_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphde
                                     recreate_variables=recreate_variables)
     graph.pending, graph.pending_nodes = [], []
     if why is not None:
-        for cls in met:
-            graph.fallbacks[cls] = why
-            graph.kinds.pop(cls, None)
-        for cls in met_nodes:
-            graph.fallbacks[cls] = why
-            graph.node_kinds.pop(cls, None)
+        graph.fall_back(met + met_nodes, why)
         return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
                                     outer_index_outer_ref=outer,
                                     recreate_variables=recreate_variables)
     graph.verified.update(met)
     graph.verified_nodes.update(met_nodes)
-    if outer is None:
-        index_ref.update(ours_map)
-        return ours[0]
-    result = _core.nnx_graph_unflatten(*args, index_ref, outer, recreate_variables,
-                                       graph.unflatten_context)
+    index_ref.update(ours_map)
+    return ours[0]
+
+
+def _checked_outer_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, graphdef: Any,
+                             index_ref: Any, outer: Any, recreate_variables: bool) -> Any:
+    # A merge into the caller's objects over types no such merge met yet. The caller's objects
+    # (the outer map's) are copied twice by flax's own flatten and unflatten; the native walk
+    # merges into one copy, flax's function into the other, and the results and the two copies
+    # are compared. The call itself then merges into the caller's objects, natively if they
+    # were the same, else by flax's function from then on for those types. Graphs holding a
+    # user's node functions are flax's alone (copies and compares would run them again).
+    checks = graph.outer
+
+    def flax_alone() -> Any:
+        checks.forget_pending()
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
+
+    index_map = graph.index_map
+    keys, objects = list(outer.keys()), list(outer.values())
+    if _user_code.in_graphdef(graph, graphdef) or _user_code.in_graph(graph, objects):
+        return flax_alone()
+    try:
+        copies = []
+        for _ in range(2):
+            copy_def, copy_state = graph.flax_flatten(
+                objects, ref_index=graph.graphlib.PythonRefMap(), graph=True)
+            copies.append(graph.flax_unflatten(copy_def, copy_state, copy_variables=True))
+    except Exception:  # noqa: BLE001 - no copies to compare on: this call is flax's
+        return flax_alone()
+    ours_copy, theirs_copy = copies
+    context = graph.outer_unflatten_context
+    ours = _core.nnx_graph_unflatten(*args, index_map(index_ref),
+                                     index_map(zip(keys, ours_copy)), recreate_variables, context)
+    if ours is False:  # more types met: classified now, the second look walks
+        ours = _core.nnx_graph_unflatten(*args, index_map(index_ref),
+                                         index_map(zip(keys, ours_copy)), recreate_variables,
+                                         context)
+    if not ours:
+        return flax_alone()
+    met = checks.pending + checks.pending_nodes
+    try:
+        theirs = graph.flax_unflatten(graphdef, state, index_ref=index_map(index_ref),
+                                      outer_index_outer_ref=index_map(zip(keys, theirs_copy)),
+                                      recreate_variables=recreate_variables)
+        why = (_compare.rebuilt_difference(graph, ours[0], theirs)
+               or _compare.rebuilt_difference(graph, ours_copy, theirs_copy))
+    except Exception:  # noqa: BLE001 - no comparison: this call is flax's, nothing is decided
+        return flax_alone()
+    verified, verified_nodes = checks.pending, checks.pending_nodes
+    checks.pending, checks.pending_nodes = [], []
+    if why is not None:
+        graph.fall_back(met, f"merging into existing objects: {why}")
+        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
+                                    outer_index_outer_ref=outer,
+                                    recreate_variables=recreate_variables)
+    checks.verified.update(verified)
+    checks.verified_nodes.update(verified_nodes)
+    result = _core.nnx_graph_unflatten(*args, index_ref, outer, recreate_variables, context)
     if not result:  # the tables changed meanwhile (a registration): flax's function
         return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
                                     outer_index_outer_ref=outer,
