@@ -30,6 +30,7 @@
 #include "registry/jax_texts.h"
 #include "registry/keys.h"
 #include "registry/node_kinds.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 #include "treedef/walkers.h"
 

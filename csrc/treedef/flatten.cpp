@@ -13,6 +13,7 @@
 #include "registry/dict_items.h"
 #include "registry/keys.h"
 #include "registry/kinds_read.h"
+#include "registry/registry_state.h"
 #include "util/path_stack.h"
 #include "util/pointer_map.h"
 #include "util/pyutils.h"

@@ -39,6 +39,7 @@
 #include "registry/dict_items.h"
 #include "util/pointer_map.h"
 #include "registry/kinds_read.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"
 #include "treedef/treedef.h"
