@@ -12,7 +12,7 @@
 #include "diagnostics/aux_check.h"
 #include "registry/dict_items.h"
 #include "registry/keys.h"
-#include "registry/kinds_read.h"
+#include "treedef/kinds_read.h"
 #include "registry/registry_state.h"
 #include "util/path_stack.h"
 #include "util/pointer_map.h"

@@ -38,7 +38,7 @@
 #include "diagnostics/aux_check.h"
 #include "registry/dict_items.h"
 #include "util/pointer_map.h"
-#include "registry/kinds_read.h"
+#include "treedef/kinds_read.h"
 #include "registry/registry_state.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"

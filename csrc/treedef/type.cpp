@@ -3,7 +3,7 @@
 
 #include "diagnostics/aux_check.h"
 #include "util/pyutils.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
 #include "treedef/treedef_state.h"

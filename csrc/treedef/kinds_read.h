@@ -29,9 +29,9 @@
 #include "registry/dict_items.h"
 #include "registry/jax_texts.h"
 #include "registry/keys.h"
-#include "registry/node_kinds.h"
 #include "registry/registry_state.h"
 #include "util/pyutils.h"
+#include "treedef/node_kinds.h"
 #include "treedef/walkers.h"
 
 namespace fastree {
