@@ -1,6 +1,6 @@
 // Attribute nodes: reading, rebuilding, and the Python type that carries a layout (see
-// attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
-#include "attr/attr_node.h"
+// registry/attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
+#include "registry/attr_node.h"
 
 #include "attr/attr_mapping.h"
 

@@ -1,7 +1,7 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry/registry.h"
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 
 #include "registry/registry_state.h"
 #include "util/pyutils.h"

@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 #include "diagnostics/aux_check.h"
 #include "registry/custom_output.h"
 #include "registry/dict_items.h"

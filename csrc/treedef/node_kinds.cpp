@@ -3,7 +3,7 @@
 // kinds_expect.h. The kind structs themselves: node_kinds.h.)
 #include "treedef/node_kinds.h"
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 
 #include "registry/keys.h"
 #include "util/pyutils.h"
