@@ -10,7 +10,7 @@
 
 #include "registry/dict_items.h"
 #include "registry/keys.h"
-#include "nnx/nnx_graph_variables.h"
+#include "attr/nnx_shared.h"
 #include "registry/registry.h"
 
 #if PY_VERSION_HEX < 0x030C0000

@@ -95,7 +95,7 @@ struct AttrNode {
     PyObject* rebuild_with;  // or null: a rebuild is getattr(cls, rebuild_with)(*children,
                              // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
     PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
-                              // Variable._new makes it (nnx_graph_variables.h, NewVariable);
+                              // Variable._new makes it (attr/nnx_shared.h, NewVariable);
                               // (TraceState, OpaqueTraceState, current_jax_trace, (holder,
                               // attribute name) of jax's current trace, or None)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
