@@ -71,6 +71,8 @@ struct ModuleState {
     void Clear();
 };
 
+// The parts, each in its static storage (module_state.cpp). Binding code only: the layers below
+// read their own part (state::Registry(), state::Keys(), state::Aux(), state::TreeDef()).
 ModuleState ModState();
 
 // The GC-tracked object through which the collector sees the state (fastree._core._module_state).
