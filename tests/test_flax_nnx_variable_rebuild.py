@@ -1,7 +1,7 @@
 """flax.nnx Variables rebuilt in C (tree mode): what flax's own ``Variable._new`` makes.
 
 Installed before flax, a Variable class's attribute node rebuilds an instance in C
-(``trace_classes``: csrc/nnx/nnx_graph_variables.h, NewVariable) instead of calling ``cls._new``. The
+(``trace_classes``: csrc/attr/nnx_shared.h, NewVariable) instead of calling ``cls._new``. The
 rebuilt Variable must hold what ``_new`` gives it: a new ``TraceState`` of the *current* trace
 (inside ``jax.jit`` that is the jit's trace, so the Variable may be updated there and not outside
 it), the metadata dict, the value. Child processes run the same program plainly and installed;

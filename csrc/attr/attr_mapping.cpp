@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "registry/keys.h"
-#include "binding/module_state.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -308,7 +308,7 @@ PyObject* MappingChildKey(PyObject* aux, Py_ssize_t k) {
     if (PyErr_Occurred()) return nullptr;
     // A negative name ("-1", read by the library's flatten): SequenceKey(-1), made as JAX's
     // class makes it, uncached.
-    Ref cls = Ref::FromBorrowed(ModState().keys.sequence.cls.get());
+    Ref cls = Ref::FromBorrowed(state::Keys().sequence.cls.get());
     if (!cls) {
         PyErr_SetString(PyExc_RuntimeError, "fastree: the key classes are not installed");
         return nullptr;

@@ -22,7 +22,7 @@
 
 #include <Python.h>
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 
 namespace fastree {
 namespace attr {

@@ -1,6 +1,6 @@
 // Attribute nodes: reading, rebuilding, and the Python type that carries a layout (see
-// attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
-#include "attr/attr_node.h"
+// registry/attr_node.h for the layout and why one object serves fastree's walkers and JAX alike).
+#include "registry/attr_node.h"
 
 #include "attr/attr_mapping.h"
 
@@ -10,7 +10,7 @@
 
 #include "registry/dict_items.h"
 #include "registry/keys.h"
-#include "nnx/nnx_graph_variables.h"
+#include "attr/nnx_shared.h"
 #include "registry/registry.h"
 
 #if PY_VERSION_HEX < 0x030C0000

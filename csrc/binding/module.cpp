@@ -2,7 +2,7 @@
 // the cold ones (registration, bridge set-up) go through pybind11.
 #include <pybind11/pybind11.h>
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 #include "diagnostics/aux_check.h"
 #include "binding/entry_points.h"
 #include "registry/jax_texts.h"

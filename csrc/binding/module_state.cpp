@@ -6,16 +6,30 @@
 
 namespace fastree {
 
-ModuleStateStorage g_module_state_storage;
+// The parts' storage (each part declared by the layer that owns it; see module_state.h).
+namespace state {
+NeverDestroyed<RegistryState> g_registry;
+NeverDestroyed<KeysState> g_keys;
+NeverDestroyed<AuxState> g_aux;
+NeverDestroyed<TreeDefState> g_treedef;
+uint64_t g_user_code_epoch = 0;
+}  // namespace state
+namespace {
+JaxTexts g_texts;  // plain flags: nothing to release, nothing for the GC
+}  // namespace
+
+ModuleState ModState() {
+    return {state::Registry(), state::Keys(), state::Aux(), state::TreeDef(), g_texts};
+}
 
 // The mirrors: plain globals so that the per-leaf checks read them with one load.
 namespace registry {
 Memo g_memo[kMemoSlots];             // owns nothing; emptied whenever the memo table is dropped
-PyObject* g_jax_registry = nullptr;  // borrowed: ModState().registry.jax_registry
+PyObject* g_jax_registry = nullptr;  // borrowed: state::Registry().jax_registry
 }  // namespace registry
-PyTypeObject* g_PyTreeDef_Type = nullptr;  // borrowed: ModState().treedef.type (permanent)
+PyTypeObject* g_PyTreeDef_Type = nullptr;  // borrowed: state::TreeDef().type (permanent)
 
-JaxTexts& Texts() { return ModState().texts; }
+JaxTexts& Texts() { return g_texts; }
 
 int ModuleState::Traverse(visitproc visit, void* arg) const {
     for (const auto& reg : registry.all) {

@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "binding/module_state.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -10,8 +9,8 @@ namespace aux {
 
 namespace {
 
-// The hooks, strict mode and verdicts live in the module state (module_state.h).
-AuxState& S() { return ModState().aux; }
+// The hooks, strict mode and verdicts live in the module state (aux_state.h).
+AuxState& S() { return state::Aux(); }
 
 void ClearVerdicts() {
     // Moved out first, released when `old` dies: releasing a type can run Python code.

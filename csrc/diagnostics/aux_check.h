@@ -11,7 +11,7 @@
 
 #include <Python.h>
 
-#include "binding/module_state.h"
+#include "diagnostics/aux_state.h"
 #include "util/path_stack.h"
 #include "util/pyutils.h"
 
@@ -33,7 +33,7 @@ bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_
 // Returns false with a Python error set if the reporter raised (strict mode).
 inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
     // The reporter is null until fastree._aux installs the hooks.
-    if (!ModState().aux.reporter || aux == Py_None) return true;
+    if (!state::Aux().reporter || aux == Py_None) return true;
     return CheckSlow(node_type, aux, site);
 }
 
@@ -42,8 +42,8 @@ inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
 // frozensets and values whose type has a verdict), and while that epoch lasts the walk is
 // skipped. The caller resets *stamp to 0 whenever the object it refers to changes.
 inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
-    if (!ModState().aux.reporter || aux == Py_None) return true;
-    if (*stamp == ModState().aux.epoch) return true;
+    if (!state::Aux().reporter || aux == Py_None) return true;
+    if (*stamp == state::Aux().epoch) return true;
     return CheckAndStamp(node_type, aux, site, stamp);
 }
 

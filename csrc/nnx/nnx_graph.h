@@ -93,7 +93,7 @@ enum UnflattenItem : Py_ssize_t {
     kTraceClasses,        // (tracers.TraceState, the class of tracers.current_jax_trace()'s
                           // result, tracers.current_jax_trace, where jax keeps the current
                           // trace: (holder, attribute name) or None):
-                          // nnx_graph_variables.h
+                          // attr/nnx_shared.h's TraceStates
     kUVariableBase,       // variablelib.Variable
     kStateType,           // statelib.State (update only)
     kUpdateDynamic,       // flax's own graphlib._graph_update_dynamic (update only)

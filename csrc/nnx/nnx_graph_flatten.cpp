@@ -382,15 +382,6 @@ class Walk {
 
 }  // namespace
 
-PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields) {
-    Ref obj(attr::NewInstance(cls));
-    if (!obj) return nullptr;
-    for (const auto& [name, value] : fields) {
-        if (PyObject_GenericSetAttr(obj.get(), name, value) < 0) return nullptr;
-    }
-    return obj.release();
-}
-
 PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping,
                   PyObject* context) {
     if (!PyDict_CheckExact(ref_mapping) ||

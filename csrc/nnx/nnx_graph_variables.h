@@ -1,89 +1,18 @@
 // What flax's graph walks do to Variables, natively: make a TraceState for a new Variable or
 // PytreeState, and update a Variable in place (set_raw_value, update_from_state) with flax's
 // trace check. Shared by nnx_graph_unflatten.cpp and nnx_graph_update.cpp, which hold one
-// VariableOps per walk (the current trace is asked of jax once per walk).
+// VariableOps per walk (the current trace is asked of jax once per walk). TraceStates and
+// NewVariable, which tree mode uses too, are attr/nnx_shared.h's.
 #pragma once
 
 #include <Python.h>
 
-#include "attr/attr_mapping.h"
+#include "attr/nnx_shared.h"
 #include "nnx/nnx_graph.h"
 #include "nnx/nnx_graph_walk.h"
 #include "util/pyutils.h"
 
 namespace fastree::nnx_graph {
-
-// Makes flax's TraceState objects: tracers.TraceState() is a new object around jax's opaque trace
-// state of the current trace (tracers.current_jax_trace(): a new OpaqueTraceState around the
-// trace's weakref). `classes` is (TraceState, the OpaqueTraceState class, current_jax_trace,
-// where jax keeps the current trace: (holder, attribute name) or None), borrowed from a holder that outlives this. The current trace is asked of jax once per
-// TraceStates: a walk's lifetime, or one rebuild.
-class TraceStates {
- public:
-    explicit TraceStates(PyObject* classes) : classes_(classes) {}
-
-    Ref New() {
-        const Names* n = GetNames();
-        if (!Current()) return Ref();
-        if (!trace_ref_) return Ref(PyObject_CallNoArgs(TraceStateType()));
-        Ref opaque(NewRecord(OpaqueType(), {{n->trace_ref, trace_ref_.get()}}));
-        if (!opaque) return Ref();
-        return Ref(NewRecord(TraceStateType(), {{n->jax_trace, opaque.get()}}));
-    }
-
-    // The current trace's weakref, asked of jax once. False with an error set if asking failed;
-    // true with TraceRef() null if the answer is not of the class the Python side saw at attach
-    // (callers then use flax's own functions).
-    bool Current() {
-        if (trace_ref_ || asked_) return true;
-        asked_ = true;
-        PyObject* trace_at = PyTuple_GET_ITEM(classes_, 3);  // (holder, attribute) or None
-        if (PyTuple_CheckExact(trace_at) && PyTuple_GET_SIZE(trace_at) == 2) {
-            // get_opaque_trace_state()'s own reads: trace_ctx.trace._weakref, the trace read
-            // where trace_ctx.trace reads it (jax_interop/compat.py, opaque_trace_context; the
-            // Python side checked at attach that this is what it does); a missing trace asks
-            // jax's function, which says so as it does.
-            Ref trace(PyObject_GetAttr(PyTuple_GET_ITEM(trace_at, 0),
-                                       PyTuple_GET_ITEM(trace_at, 1)));
-            if (!trace) return false;
-            if (trace.get() != Py_None) {
-                trace_ref_ = Ref(PyObject_GetAttr(trace.get(), GetNames()->weakref));
-                return static_cast<bool>(trace_ref_);
-            }
-        }
-        Ref current(PyObject_CallNoArgs(PyTuple_GET_ITEM(classes_, 2)));
-        if (!current) return false;
-        if (Py_TYPE(current.get()) != reinterpret_cast<PyTypeObject*>(OpaqueType())) return true;
-        trace_ref_ = Ref(PyObject_GetAttr(current.get(), GetNames()->trace_ref));
-        return static_cast<bool>(trace_ref_);
-    }
-
-    PyObject* TraceRef() const { return trace_ref_.get(); }
-    PyObject* TraceStateType() const { return PyTuple_GET_ITEM(classes_, 0); }
-    PyObject* OpaqueType() const { return PyTuple_GET_ITEM(classes_, 1); }
-
- private:
-    PyObject* const classes_;
-    Ref trace_ref_;
-    bool asked_ = false;
-};
-
-// cls._new(value, metadata) for a plain Variable class (its own _new is Variable's): object.__new__
-// (cls), then a new TraceState, the metadata dict and the raw value, set as object.__setattr__
-// sets them. A new reference, or null with an error set.
-inline PyObject* NewVariable(PyObject* cls, PyObject* value, PyObject* metadata,
-                             TraceStates* states) {
-    const Names* n = GetNames();
-    Ref state = states->New();
-    if (!state) return nullptr;
-    Ref obj(attr::NewInstance(cls));
-    if (!obj || PyObject_GenericSetAttr(obj.get(), n->trace_state, state.get()) < 0 ||
-        PyObject_GenericSetAttr(obj.get(), n->var_metadata, metadata) < 0 ||
-        PyObject_GenericSetAttr(obj.get(), n->raw_value, value) < 0) {
-        return nullptr;
-    }
-    return obj.release();
-}
 
 class VariableOps {
  public:

@@ -1,5 +1,6 @@
 // What every nnx graph walk (nnx_graph_*.cpp) shares: the attribute names flax's walks read and
-// set, interned once for the module's lifetime; the record constructor; the kind tables' lookup;
+// set, interned once for the module's lifetime, and the record constructor (both in
+// attr/nnx_shared.h, which tree mode shares); the kind tables' lookup;
 // the outcome of a step; Python's own unpacking and dict iteration, for the places where flax's
 // code runs them over containers that Python code (a callback, a finalizer) can change mid-walk.
 #pragma once
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "attr/nnx_shared.h"
 #include "util/pyutils.h"
 
 namespace fastree::nnx_graph {
@@ -28,90 +30,6 @@ struct PairHash {
 
 // The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
 enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
-
-struct Names {
-    PyObject* dict;              // __dict__ (vars(node))
-    PyObject* is_pytree;         // Pytree._pytree__is_pytree
-    PyObject* nodes;             // Pytree._pytree__nodes
-    PyObject* has_int_keys;      // Pytree._pytree__has_int_keys
-    PyObject* mapping;           // HashableMapping._mapping
-    PyObject* raw_value;         // Variable._raw_value
-    PyObject* var_metadata;      // Variable._var_metadata
-    PyObject* trace_state;       // Variable._trace_state, PytreeState._trace_state
-    PyObject* jax_trace;         // TraceState._jax_trace
-    PyObject* trace_ref;         // jax's OpaqueTraceState._trace_ref
-    PyObject* trace;             // jax's trace_ctx.trace
-    PyObject* weakref;           // jax's Trace._weakref
-    PyObject* hijax;             // the Variable metadata key "hijax" (and Variable.hijax)
-    PyObject* ref;               // the Variable metadata key "ref" (and Variable.ref)
-    PyObject* copy;              // dict.copy (a Variable's metadata, when not an exact dict)
-    PyObject* initializing;      // PytreeState.initializing (property)
-    PyObject* is_setup;          // PytreeState.is_setup (property)
-    PyObject* initializing_slot; // PytreeState._initializing
-    PyObject* is_setup_slot;     // PytreeState._is_setup
-    PyObject* flatten;           // NodeImpl.flatten
-    PyObject* unflatten;         // PytreeNodeImpl.unflatten
-    PyObject* create_empty;      // GraphNodeImpl.create_empty
-    PyObject* clear;             // GraphNodeImpl.clear
-    PyObject* init;              // GraphNodeImpl.init
-    PyObject* update_from_state; // Variable.update_from_state
-    PyObject* set_raw_value;     // Variable.set_raw_value
-    PyObject* check_can_update;  // Variable._check_can_update
-    PyObject* value;             // DataElem/StaticElem/Static.value
-    PyObject* type;              // NodeDef/VariableDef fields, in their order:
-    PyObject* index;
-    PyObject* outer_index;
-    PyObject* num_attributes;
-    PyObject* metadata;
-    PyObject* array_refdef;
-};
-
-inline const Names* GetNames() {
-    static const Names* names = [] {
-        auto* n = new Names;
-        n->dict = PyUnicode_InternFromString("__dict__");
-        n->is_pytree = PyUnicode_InternFromString("_pytree__is_pytree");
-        n->nodes = PyUnicode_InternFromString("_pytree__nodes");
-        n->has_int_keys = PyUnicode_InternFromString("_pytree__has_int_keys");
-        n->mapping = PyUnicode_InternFromString("_mapping");
-        n->raw_value = PyUnicode_InternFromString("_raw_value");
-        n->var_metadata = PyUnicode_InternFromString("_var_metadata");
-        n->trace_state = PyUnicode_InternFromString("_trace_state");
-        n->jax_trace = PyUnicode_InternFromString("_jax_trace");
-        n->trace_ref = PyUnicode_InternFromString("_trace_ref");
-        n->trace = PyUnicode_InternFromString("trace");
-        n->weakref = PyUnicode_InternFromString("_weakref");
-        n->hijax = PyUnicode_InternFromString("hijax");
-        n->ref = PyUnicode_InternFromString("ref");
-        n->copy = PyUnicode_InternFromString("copy");
-        n->initializing = PyUnicode_InternFromString("initializing");
-        n->is_setup = PyUnicode_InternFromString("is_setup");
-        n->initializing_slot = PyUnicode_InternFromString("_initializing");
-        n->is_setup_slot = PyUnicode_InternFromString("_is_setup");
-        n->flatten = PyUnicode_InternFromString("flatten");
-        n->unflatten = PyUnicode_InternFromString("unflatten");
-        n->create_empty = PyUnicode_InternFromString("create_empty");
-        n->clear = PyUnicode_InternFromString("clear");
-        n->init = PyUnicode_InternFromString("init");
-        n->update_from_state = PyUnicode_InternFromString("update_from_state");
-        n->set_raw_value = PyUnicode_InternFromString("set_raw_value");
-        n->check_can_update = PyUnicode_InternFromString("_check_can_update");
-        n->value = PyUnicode_InternFromString("value");
-        n->type = PyUnicode_InternFromString("type");
-        n->index = PyUnicode_InternFromString("index");
-        n->outer_index = PyUnicode_InternFromString("outer_index");
-        n->num_attributes = PyUnicode_InternFromString("num_attributes");
-        n->metadata = PyUnicode_InternFromString("metadata");
-        n->array_refdef = PyUnicode_InternFromString("array_refdef");
-        return n;
-    }();
-    return names;
-}
-
-// object.__new__(cls) with each field set in order by object.__setattr__, as the frozen
-// dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order. A new
-// reference, or null with an error set.
-PyObject* NewRecord(PyObject* cls, std::initializer_list<std::pair<PyObject*, PyObject*>> fields);
 
 // The version tag CPython keeps for `type`: a new one whenever the type or a base is changed
 // (PyType_Modified: a class attribute set or deleted, a base's too), never reused for another

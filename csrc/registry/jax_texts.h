@@ -18,7 +18,7 @@ struct JaxTexts {
 };
 
 // The module state's texts (module_state.h): written once at import, under the GIL. Out of
-// line (module_state.h includes this file); only error paths read them.
+// line (kept with the state's parts in binding/module_state.cpp); only error paths read them.
 JaxTexts& Texts();
 
 }  // namespace fastree

@@ -23,7 +23,7 @@
 #include <iterator>
 #include <vector>
 
-#include "binding/module_state.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 #include "util/scratch.h"
 

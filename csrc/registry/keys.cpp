@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "binding/module_state.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -30,8 +30,8 @@ constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 constexpr Py_ssize_t kMinBlock = 256;
 constexpr Py_ssize_t kStrCacheSize = 65536;  // ~100 bytes an entry: ~6.5 MB at most
 
-// The key kinds and their caches live in the module state (module_state.h).
-KeysState& S() { return ModState().keys; }
+// The key kinds and their caches live in the module state (registry_state.h).
+KeysState& S() { return state::Keys(); }
 
 PyObject* NotInstalled() {
     PyErr_SetString(PyExc_RuntimeError, "fastree: JAX key classes are not installed.");

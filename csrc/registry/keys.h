@@ -7,7 +7,7 @@
 namespace fastree {
 namespace keys {
 
-// Installs the four JAX key classes (held by the module state, module_state.h, with the makers
+// Installs the four JAX key classes (held by the module state, registry_state.h, with the makers
 // and the cached entries).
 bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
              PyObject* flattened_index_key);

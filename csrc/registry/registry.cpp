@@ -1,9 +1,9 @@
 // Node registry: registrations, JAX fallback discovery and the per-type classification memo.
 #include "registry/registry.h"
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 
-#include "binding/module_state.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
 
 #include <memory>
@@ -23,8 +23,8 @@ const Registration kIterableLeaf{NodeKind::kLeaf};
 
 namespace {
 
-// The registry's part of the module state (module_state.h).
-RegistryState& S() { return ModState().registry; }
+// The registry's part of the module state (registry_state.h).
+RegistryState& S() { return state::Registry(); }
 
 constexpr size_t kMaxMemo = 8192;
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "registry/jax_texts.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

@@ -7,7 +7,7 @@
 // pass. The results are the general path's exactly (the same node bytes, so treedefs compare
 // and hash equal); anything the fast path cannot decide without running Python code (a type not
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"
 #include "treedef/treedef.h"

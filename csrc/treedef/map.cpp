@@ -8,11 +8,11 @@
 // (interleaving measured 8% slower on transformer trees).
 #include <optional>
 
-#include "binding/module_state.h"
 #include "util/pyutils.h"
 #include "util/scratch.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
+#include "treedef/treedef_state.h"
 #include "treedef/unflatten_with.h"
 #include "treedef/walkers.h"
 
@@ -28,7 +28,7 @@ namespace {
 void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is_leaf_takes_path,
                      const char* func) {
     // Held for the call: the hook may be replaced while it runs.
-    Ref hook = Ref::FromBorrowed(ModState().treedef.map_error_hook.get());
+    Ref hook = Ref::FromBorrowed(state::TreeDef().map_error_hook.get());
     if (!hook) return;
     SavedError mismatch;
     mismatch.Save(/*normalize=*/true);
@@ -57,7 +57,7 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
 }  // namespace
 
 void SetMapErrorHook(PyObject* hook) {
-    ModState().treedef.map_error_hook = Ref::FromBorrowed(hook);
+    state::TreeDef().map_error_hook = Ref::FromBorrowed(hook);
 }
 
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,

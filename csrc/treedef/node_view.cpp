@@ -2,7 +2,7 @@
 // fingerprints, serialization, audits) reads kinds and child keys instead of re-deriving them
 // from types and node data.
 #include "registry/keys.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

@@ -2,7 +2,7 @@
 // JAX returns (a list stays a list, a tuple a tuple, dict values come as a tuple, ...).
 #include "registry/custom_output.h"
 #include "registry/keys.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

@@ -6,7 +6,7 @@
 // Classes pickle by qualified name, so unpickling needs the same node types importable and
 // registered; the structure is rebuilt through the same validation as
 // from_node_data_and_children, so a corrupt state raises instead of producing a broken treedef.
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

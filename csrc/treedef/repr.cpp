@@ -3,7 +3,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "registry/keys.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"

@@ -39,7 +39,7 @@ PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num
 // hook(tree, other, is_leaf, func_name, is_leaf_takes_path) -> exception or None.
 void SetMapErrorHook(PyObject* hook);
 // Hook converting a fastree treedef to JAX's (installed by the JAX bridge). Both hooks are held by
-// the module state (module_state.h), which reports them to the GC.
+// the module state (treedef_state.h), which reports them to the GC.
 void SetToJaxHook(PyObject* hook);
 // one_level.cpp: flatten_one_level(_with_keys); (children, node_data), or None for a leaf.
 PyObject* FlattenOneLevelPy(PyObject* tree, bool with_keys);

@@ -2,11 +2,11 @@
 #include <new>
 
 #include "diagnostics/aux_check.h"
-#include "binding/module_state.h"
 #include "util/pyutils.h"
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
+#include "treedef/treedef_state.h"
 #include "treedef/walkers.h"
 // After Python.h (pulled in above): structmember.h relies on its types.
 #include <structmember.h>
@@ -144,7 +144,7 @@ PyObject* MNodes(PyObject* self, PyObject*) { return NodeRecords(DefOf(self)); }
 
 PyObject* MToJax(PyObject* self, PyObject*) {
     // Held for the call: the hook may be replaced (and the old one freed) while it runs.
-    Ref hook = Ref::FromBorrowed(ModState().treedef.to_jax_hook.get());
+    Ref hook = Ref::FromBorrowed(state::TreeDef().to_jax_hook.get());
     if (!hook) {
         PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
         return nullptr;
@@ -235,7 +235,7 @@ PyType_Spec kSpec = {
 
 PyTypeObject* CreateTreeDefType() {
     // Held by the module state for the process; g_PyTreeDef_Type is its mirror for IsTreeDef.
-    TreeDefState& s = ModState().treedef;
+    TreeDefState& s = state::TreeDef();
     s.type = Ref(PyType_FromSpec(&kSpec));
     g_PyTreeDef_Type = reinterpret_cast<PyTypeObject*>(s.type.get());
     return g_PyTreeDef_Type;
@@ -256,6 +256,6 @@ PyObject* WrapTreeDef(TreeDef&& def) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-void SetToJaxHook(PyObject* hook) { ModState().treedef.to_jax_hook = Ref::FromBorrowed(hook); }
+void SetToJaxHook(PyObject* hook) { state::TreeDef().to_jax_hook = Ref::FromBorrowed(hook); }
 
 }  // namespace fastree

@@ -6,7 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "util/scratch.h"
 #include "treedef/treedef.h"

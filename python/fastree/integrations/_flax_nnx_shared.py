@@ -19,7 +19,7 @@ TYPING_MODULE = "flax.typing"
 TRACERS_MODULE = "flax.nnx.tracers"
 
 # What the tree-mode nodes reproduce (the mapping layout, csrc/attr/attr_mapping.h; the Variable node
-# and its rebuild in C, csrc/attr/attr_node.cpp and csrc/nnx/nnx_graph_variables.h). Each node kind is
+# and its rebuild in C, csrc/attr/attr_node.cpp and csrc/attr/nnx_shared.h). Each node kind is
 # served only where its code is that of a release in _known_flax.KNOWN_CODE. Two gates, because
 # flax registers its Variable classes before pytreelib is loaded.
 _VARIABLE_MIRRORED = tuple(
@@ -56,7 +56,7 @@ def known_code() -> bool:
 def trace_classes(tracers: Any) -> tuple[Any, Any, Any, Any]:
     """(TraceState, the class of current_jax_trace()'s result, current_jax_trace, where jax
     keeps the current trace or None) of flax.nnx's ``tracers`` module: what the C code needs to
-    make a ``TraceState()`` as flax does (csrc/nnx/nnx_graph_variables.h). Where jax keeps the
+    make a ``TraceState()`` as flax does (csrc/attr/nnx_shared.h). Where jax keeps the
     current trace, ``(holder, attribute)``
     (:func:`fastree.jax_interop.compat.opaque_trace_context`), is given only where flax's
     current_jax_trace is jax's get_opaque_trace_state and that reads it plainly: the C code then

@@ -161,7 +161,7 @@ class _Graph:
             "IndexesPytreeDef": graphlib.IndexesPytreeDef,
             "state_treedefs": self.state_treedefs,
         })
-        # What a new tracers.TraceState() is made of (csrc/nnx/nnx_graph_variables.h, TraceStates).
+        # What a new tracers.TraceState() is made of (csrc/attr/nnx_shared.h, TraceStates).
         self.trace_classes = _flax_nnx_shared.trace_classes(tracers)
         # id(treedef) -> (treedef, aux) for the treedefs of lone PytreeStates (learn_state_aux).
         self.state_auxes: dict[int, tuple[Any, Any]] = {}

@@ -250,7 +250,7 @@ def _never_ref_array_types() -> tuple[type, ...]:
 def opaque_trace_context() -> tuple[Any, str] | None:
     """Where C code reads jax's current trace, ``(holder, attribute)``, when
     ``get_opaque_trace_state()`` is ``OpaqueTraceState(trace_ctx.trace._weakref)`` (so the C
-    code can read the current trace's weakref directly: csrc/nnx/nnx_graph_variables.h), checked
+    code can read the current trace's weakref directly: csrc/attr/nnx_shared.h), checked
     on a call; else None.
 
     ``trace_ctx.trace`` is a Python property over the config state ``trace_state_strong_ref``;

@@ -1,9 +1,9 @@
 // The node kinds' cold operations: types, node data, keys, building, repr text, checks of node
 // data given by a caller. (Reading objects: kinds_read.h; flatten_up_to's checks:
 // kinds_expect.h. The kind structs themselves: node_kinds.h.)
-#include "registry/node_kinds.h"
+#include "treedef/node_kinds.h"
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 
 #include "registry/keys.h"
 #include "util/pyutils.h"

@@ -23,14 +23,15 @@
 #include <algorithm>
 #include <vector>
 
-#include "attr/attr_node.h"
+#include "registry/attr_node.h"
 #include "diagnostics/aux_check.h"
 #include "registry/custom_output.h"
 #include "registry/dict_items.h"
 #include "registry/jax_texts.h"
 #include "registry/keys.h"
-#include "registry/node_kinds.h"
+#include "registry/registry_state.h"
 #include "util/pyutils.h"
+#include "treedef/node_kinds.h"
 #include "treedef/walkers.h"
 
 namespace fastree {

@@ -36,6 +36,12 @@
 // library's own functions. The checker runs on the first instances (and on instances whose
 // __dict__ holds other than the fields) before any native output leaves; if it finds a
 // difference, the node delegates to the library's functions from then on (use_library).
+//
+// Why this header is in registry/ and its code in attr/ (attr_node.cpp, attr_mapping.cpp): an
+// attribute node is a node kind. The registry registers one (RegisterAttribute) and the treedef
+// walkers read and rebuild it (treedef/kinds_read.h, node_kinds.cpp), so the layout and what it
+// offers them sit below both; the code needs the registry's keys, dict items and
+// DelegateAttribute, so it sits above.
 #pragma once
 
 #include <Python.h>
@@ -89,7 +95,7 @@ struct AttrNode {
     PyObject* rebuild_with;  // or null: a rebuild is getattr(cls, rebuild_with)(*children,
                              // dict(aux)) (meta_items nodes: flax.nnx's Variable._new)
     PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
-                              // Variable._new makes it (nnx_graph_variables.h, NewVariable);
+                              // Variable._new makes it (attr/nnx_shared.h, NewVariable);
                               // (TraceState, OpaqueTraceState, current_jax_trace, (holder,
                               // attribute name) of jax's current trace, or None)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
