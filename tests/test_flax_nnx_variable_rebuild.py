@@ -1,4 +1,5 @@
-"""flax.nnx Variables rebuilt in C (tree mode): what flax's own ``Variable._new`` makes.
+"""flax.nnx Variables and PytreeStates rebuilt in C (tree mode): what flax's own ``Variable._new``
+and ``PytreeState(initializing, is_setup)`` make.
 
 Installed before flax, a Variable class's attribute node rebuilds an instance in C
 (``trace_classes``: csrc/attr/nnx_shared.h, NewVariable) instead of calling ``cls._new``. The
@@ -130,3 +131,78 @@ def test_trace_classes_is_checked():
             trace_classes=(type, type, len, where),
         )
         assert node is not None
+
+
+# flax.nnx's PytreeState (each Pytree's `_pytree__state`): a jax pytree of no children whose
+# aux is (initializing, is_setup) and whose rebuild is PytreeState(initializing, is_setup), a
+# new TraceState of the current trace first. Installed, it is an attribute node (trace_field).
+_PYTREE_STATE_PROGRAM = r"""
+import json, sys
+import jax, jax.numpy as jnp
+from flax import nnx
+from flax.nnx import pytreelib, tracers
+
+model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+state = model._pytree__state
+leaves, treedef = jax.tree_util.tree_flatten(state)
+again = jax.tree_util.tree_unflatten(treedef, leaves)
+out = {
+    "treedef": str(treedef), "leaves": leaves, "type": type(again).__name__,
+    "flags": [again._initializing, again._is_setup],
+    "fresh_trace_state": again._trace_state is not state._trace_state,
+    "trace_state_equal": again._trace_state == tracers.TraceState(),
+    "slots": sorted(n for n in pytreelib.PytreeState.__slots__ if hasattr(again, n)),
+}
+
+@jax.jit
+def inside(x):
+    made = jax.tree_util.tree_unflatten(treedef, [])
+    out["inside_valid"] = made._trace_state.is_valid()
+    return x
+
+inside(1.0)
+copy = jax.tree_util.tree_map(lambda x: x + 1, model)
+out["model_state"] = [type(copy._pytree__state).__name__,
+                      copy._pytree__state is not model._pytree__state]
+graphdef, split_state = nnx.split(model)
+out["graph"] = [type(n).__name__ for n in graphdef.nodes]
+if len(sys.argv) > 1:
+    from fastree import integrations
+    from fastree.integrations import flax_nnx_graph
+    out["status"] = integrations.status(pytreelib.PytreeState)
+    out["graph_kind"] = flax_nnx_graph._graph.kinds[pytreelib.PytreeState][0]
+print(json.dumps(out))
+"""
+
+
+def test_pytree_states_are_rebuilt_as_flax_makes_them():
+    from fastree.integrations._flax_nnx_graph_kinds import PYTREE_STATE
+
+    plain = run_json_program(_PYTREE_STATE_PROGRAM, False)
+    installed = run_json_program(_PYTREE_STATE_PROGRAM, True, "status")
+    assert installed.pop("status") == "native"
+    # graph mode still walks it as flax's own registration of PytreeState
+    assert installed.pop("graph_kind") == PYTREE_STATE
+    assert installed == plain
+    assert plain["inside_valid"] is True and plain["trace_state_equal"] is True
+
+
+def test_trace_field_is_checked():
+    class State:
+        __slots__ = ("_trace_state", "_initializing", "_is_setup")
+
+    class Trace:
+        pass
+
+    # (TraceState, the opaque state's class, current_jax_trace, where jax keeps the trace): a
+    # current trace of another class than the opaque one makes a plain TraceState().
+    classes = (Trace, int, lambda: None, None)
+    with pytest.raises(TypeError, match="trace_field"):
+        _core.AttrNode(State, (), ("_initializing", "_is_setup"), trace_field="_trace_state")
+    with pytest.raises(TypeError, match="trace_field"):
+        _core.AttrNode(State, (), ("_initializing",), trace_classes=classes, trace_field=1)
+    node = _core.AttrNode(State, (), ("_initializing", "_is_setup"), trace_classes=classes,
+                          trace_field="_trace_state")
+    rebuilt = node.unflatten((True, False), ())
+    assert type(rebuilt._trace_state) is Trace
+    assert node.flatten(rebuilt) == ((), (True, False))

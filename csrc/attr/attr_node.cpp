@@ -890,6 +890,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->trusted_getattribute);
     Py_VISIT(n->rebuild_with);
     Py_VISIT(n->trace_classes);
+    Py_VISIT(n->trace_field);
     if (n->mapping != nullptr) {
         Py_VISIT(n->mapping->flags_attr);
         Py_VISIT(n->mapping->flags_type);
@@ -933,6 +934,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->trusted_getattribute);
     Py_CLEAR(n->rebuild_with);
     Py_CLEAR(n->trace_classes);
+    Py_CLEAR(n->trace_field);
     if (n->mapping != nullptr) {
         Py_CLEAR(n->mapping->flags_attr);
         Py_CLEAR(n->mapping->flags_type);
@@ -955,16 +957,17 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                                    "missing",       "extra_fields", "names_as_aux",
                                    "rebuild_order", "post_init",    "trusted_getattribute",
                                    "mapping",       "meta_items",   "key_names",
-                                   "rebuild_with",  "trace_classes", nullptr};
+                                   "rebuild_with",  "trace_classes", "trace_field",
+                                   nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
                           *order = Py_None, *trusted = Py_None, *mapping = Py_None,
                           *key_names = Py_None, *rebuild_with = Py_None,
-                          *trace_classes = Py_None;
+                          *trace_classes = Py_None, *trace_field = Py_None;
     int names_as_aux = 0, post_init = 0, meta_items = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOOO", const_cast<char**>(kwlist),
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOOOO", const_cast<char**>(kwlist),
                                      &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
                                      &post_init, &trusted, &mapping, &meta_items, &key_names,
-                                     &rebuild_with, &trace_classes)) {
+                                     &rebuild_with, &trace_classes, &trace_field)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -1013,8 +1016,21 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         }
         n->rebuild_with = Py_NewRef(rebuild_with);
     }
+    if (trace_field != Py_None) {
+        // A rebuild that starts as flax.nnx's PytreeState.__init__ does: a new TraceState first.
+        if (!PyUnicode_CheckExact(trace_field) || trace_classes == Py_None ||
+            n->rebuild_with != nullptr || n->mapping != nullptr || n->names_as_aux) {
+            PyErr_SetString(PyExc_TypeError,
+                            "attribute node: trace_field is an attribute name, with trace_classes "
+                            "and the fields layout (no rebuild_with, mapping or names_as_aux)");
+            return nullptr;
+        }
+        n->trace_field = Py_NewRef(trace_field);
+        PyUnicode_InternInPlace(&n->trace_field);
+    }
     if (trace_classes != Py_None) {
-        if (n->rebuild_with == nullptr || NumData(n) != 1 || !PyTuple_CheckExact(trace_classes) ||
+        const bool variable = n->rebuild_with != nullptr && NumData(n) == 1;
+        if (!(variable || n->trace_field != nullptr) || !PyTuple_CheckExact(trace_classes) ||
             PyTuple_GET_SIZE(trace_classes) != 4 ||
             !PyType_Check(PyTuple_GET_ITEM(trace_classes, 0)) ||
             !PyType_Check(PyTuple_GET_ITEM(trace_classes, 1)) ||
@@ -1025,7 +1041,7 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
             PyErr_SetString(PyExc_TypeError,
                             "attribute node: trace_classes is (TraceState, OpaqueTraceState, "
                             "current_jax_trace, (holder, attribute name) of the current trace or "
-                            "None), with rebuild_with and one data field");
+                            "None), with rebuild_with and one data field, or with trace_field");
             return nullptr;
         }
         n->trace_classes = Py_NewRef(trace_classes);
@@ -1123,6 +1139,15 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
     // run Python code (a descriptor's __set__), so nothing of the new object is borrowed.
     Ref obj(NewInstanceOf(node->cls));
     if (!obj) return nullptr;
+    if (node->trace_field != nullptr) {
+        // flax.nnx's PytreeState(initializing, is_setup): a new TraceState of the current
+        // trace, set first, as its __init__ sets it.
+        nnx_graph::TraceStates states(node->trace_classes);
+        Ref trace_state = states.New();
+        if (!trace_state || !SetField(node, obj.get(), node->trace_field, trace_state.get())) {
+            return nullptr;
+        }
+    }
     for (Py_ssize_t j = 0; j < n; ++j) {
         const Py_ssize_t i = node->rebuild_order ? node->rebuild_order[j] : j;
         if (!SetField(node, obj.get(), PyTuple_GET_ITEM(node->data_fields, i), children[i])) {
@@ -1185,7 +1210,7 @@ PyTypeObject* CreateType() {
              "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None, "
              "names_as_aux=False, rebuild_order=None, post_init=False, "
              "trusted_getattribute=None, mapping=None, meta_items=False, key_names=None, "
-             "rebuild_with=None, trace_classes=None)\n"
+             "rebuild_with=None, trace_classes=None, trace_field=None)\n"
              "--\n\nThe layout of an attribute node (see "
              "fastree.tree_util.register_attribute_node).")},
         {0, nullptr},

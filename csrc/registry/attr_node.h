@@ -97,7 +97,11 @@ struct AttrNode {
     PyObject* trace_classes;  // or null: with rebuild_with, that rebuild made in C as flax.nnx's
                               // Variable._new makes it (attr/nnx_shared.h, NewVariable);
                               // (TraceState, OpaqueTraceState, current_jax_trace, (holder,
-                              // attribute name) of jax's current trace, or None)
+                              // attribute name) of jax's current trace, or None); or with
+                              // trace_field, for the fields layout
+    PyObject* trace_field;    // or null: a rebuild first sets this field to a new TraceState
+                              // made as flax.nnx's tracers.TraceState() makes it (flax.nnx's
+                              // PytreeState, whose __init__ does so)
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
     bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).

@@ -50,6 +50,18 @@ def register_pytree_node(
     [1, 2, 3]
     """
     _require_type(nodetype, "register_pytree_node")
+    if not preserve_identity:
+        # A library's own node class (flax.nnx's PytreeState): read natively if an integration
+        # knows these functions (fastree.integrations). JAX gets the node's functions in the
+        # registration's own shape (keys only where the library gave them).
+        node = integrations.native_node(nodetype, flatten_with_keys_func, unflatten_func,
+                                        flatten_func)
+        if node is not None:
+            _jtu.register_pytree_node(nodetype, node.flatten, node.unflatten,
+                                      None if flatten_with_keys_func is None
+                                      else node.flatten_with_keys)
+            _core.register_attribute_node(node)
+            return
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:

@@ -36,16 +36,29 @@ _PYTREE_MIRRORED = tuple(
         (TYPING_MODULE, ("HashableMapping",)),
     ) for name in names
 )
-MIRRORED: tuple[_mirrored_code.Mirrored, ...] = _VARIABLE_MIRRORED + _PYTREE_MIRRORED
+# A Pytree's PytreeState (its `_pytree__state`, a jax pytree of no children): flax registers it
+# while pytreelib is still loading, before Pytree exists, hence a gate of its own.
+_PYTREE_STATE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(module, name) for module, names in (
+        (PYTREE_MODULE, ("PytreeState", "_flatten_pytree_state", "_unflatten_pytree_state")),
+        (TRACERS_MODULE, ("TraceState", "current_jax_trace")),
+    ) for name in names
+)
+MIRRORED: tuple[_mirrored_code.Mirrored, ...] = (
+    _VARIABLE_MIRRORED + _PYTREE_MIRRORED + _PYTREE_STATE_MIRRORED[:3])
 variable_code = _mirrored_code.Gate("flax", _VARIABLE_MIRRORED, _known_flax.KNOWN_CODE)
 pytree_code = _mirrored_code.Gate("flax", _PYTREE_MIRRORED, _known_flax.KNOWN_CODE)
+pytree_state_code = _mirrored_code.Gate("flax", _PYTREE_STATE_MIRRORED, _known_flax.KNOWN_CODE)
 
 
 def code_verdict() -> _mirrored_code.Verdict:
     """Whether the loaded flax.nnx's tree-mode code is code fastree reproduces, and which
     release's (each part decided once its modules are loaded)."""
-    variable = variable_code.verdict()
-    return pytree_code.verdict() if variable else variable
+    for gate in (variable_code, pytree_state_code):
+        verdict = gate.verdict()
+        if not verdict:
+            return verdict
+    return pytree_code.verdict()
 
 
 def known_code() -> bool:

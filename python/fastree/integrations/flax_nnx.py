@@ -122,6 +122,43 @@ def _native_new(cls: type) -> tuple[Any, Any, Any, Any] | None:
     return _shared.trace_classes(tracers)
 
 
+def _pytree_state_node(cls: type, flatten_with_keys: Any, unflatten: Any,
+                       flatten: Any) -> Any | None:
+    # pytreelib.PytreeState, registered by flax with _flatten_pytree_state (no children, aux
+    # (initializing, is_setup)) and _unflatten_pytree_state (PytreeState(initializing, setup):
+    # a new TraceState first). Registered while pytreelib is still loading.
+    pytreelib = sys.modules.get(_PYTREE_MODULE)
+    tracers = sys.modules.get(_TRACERS_MODULE)
+    if (
+        pytreelib is None
+        or tracers is None
+        or cls is not getattr(pytreelib, "PytreeState", None)
+        or flatten is not getattr(pytreelib, "_flatten_pytree_state", None)
+        or unflatten is not getattr(pytreelib, "_unflatten_pytree_state", None)
+        or flatten_with_keys is not None
+        or getattr(cls, "__slots__", None) != ("_trace_state", "_initializing", "_is_setup")
+        or not _shared.pytree_state_code
+    ):
+        return None
+    node = _core.AttrNode(
+        cls,
+        (),
+        ("_initializing", "_is_setup"),
+        trace_classes=_shared.trace_classes(tracers),
+        trace_field="_trace_state",
+    )
+
+    def flatten_with_keys_of_flax(state: Any) -> tuple[tuple[()], Any]:
+        # What JAX derives for a registration without keys (no children: no keys).
+        children, aux = flatten(state)
+        return tuple(children), aux
+
+    # A rebuild makes a new TraceState, as flax's __init__ does: compared by type, not identity.
+    _checked.attach(node, flatten, flatten_with_keys_of_flax, unflatten,
+                    fresh=("_trace_state",))
+    return node
+
+
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
     """The checked :class:`~fastree._core.AttrNode` for an nnx registration, or None.
 
@@ -131,6 +168,9 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     ``flatten_with_keys`` may be None (:func:`accelerate` on a JAX that keeps it in jaxlib
     only): the class's own is taken then.
     """
+    pytree_state = _pytree_state_node(cls, flatten_with_keys, unflatten, flatten)
+    if pytree_state is not None:
+        return pytree_state
     if not _shared.variable_code:
         return None
     _attach_graph_mode()

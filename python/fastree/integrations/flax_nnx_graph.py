@@ -255,14 +255,8 @@ class _Graph:
         # The (initializing, is_setup) aux data of a treedef that is one PytreeState node with no
         # children (what _flatten_pytree makes for one), or None; kept by the treedef's id.
         states = self.state_auxes
-        entry = _jax_compat.jax_registry_entry(self.pytree_state)
         node_data = getattr(treedef, "node_data", None)
-        if (
-            entry is None
-            or entry.to_iter is not self.pytree_state_flatten
-            or entry.from_iter is not self.pytree_state_unflatten
-            or node_data is None
-        ):
+        if node_data is None or not self._pytree_state_registered_plainly():
             return None
         if getattr(treedef, "num_nodes", None) != 1 or getattr(treedef, "num_leaves", None) != 0:
             return None
@@ -369,13 +363,29 @@ class _Graph:
             return unserved  # jax's own array is no ref; another jax.Array kind might be one
         return (LEAF, None, None)
 
-    def _plain_pytree_state(self, impl: Any) -> bool:
-        # flax's generic impl over JAX's registration of PytreeState by flax's own functions.
+    def _pytree_state_registered_plainly(self) -> bool:
+        # JAX's registration of PytreeState is flax's own functions, or the native node that
+        # stands in for them (integrations/flax_nnx.py, _pytree_state_node): the same output.
         entry = _jax_compat.jax_registry_entry(self.pytree_state)
+        if entry is None:
+            return False
+        if (entry.to_iter is self.pytree_state_flatten
+                and entry.from_iter is self.pytree_state_unflatten):
+            return True
+        node = _core.attribute_node(self.pytree_state)
+        return (
+            node is not None
+            and getattr(entry.to_iter, "__self__", None) is node
+            and getattr(entry.to_iter, "__name__", None) == "flatten"
+            and getattr(entry.from_iter, "__self__", None) is node
+            and getattr(entry.from_iter, "__name__", None) == "unflatten"
+        )
+
+    def _plain_pytree_state(self, impl: Any) -> bool:
+        # flax's generic impl over a plain registration of PytreeState.
         return (
             impl.flatten is self.graphlib._flatten_pytree
-            and entry is not None
-            and entry.to_iter is self.pytree_state_flatten
+            and self._pytree_state_registered_plainly()
             and inspect.getattr_static(self.pytree_state, "initializing", None)
             is vars(self.pytree_state).get("initializing")
         )
