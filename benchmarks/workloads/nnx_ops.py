@@ -209,13 +209,14 @@ def _train_step(s: SimpleNamespace) -> Callable[[], Any]:
 _WHY_TREE = (
     "Installed first, every nnx Pytree and Variable class is an attribute node: JAX's own flatten "
     "calls its C functions instead of flax's Python ones, and the routed functions read it in "
-    "fastree's core. A rebuild still runs flax's Variable._new (a new trace state per Variable)."
+    "fastree's core. A rebuild makes what flax's Variable._new and PytreeState() make (a new "
+    "trace state each), in C."
 )
 _WHY_GRAPH = (
     "nnx's graph mode is flax's own traversal (graphlib), not jax.tree_util. Installed, its walks "
     "(flatten, unflatten, update, the merge of states) run in C, making the same GraphDef records "
-    "and states; records equal to earlier ones are reused, so GraphDef comparisons (nnx.jit's "
-    "cache) stop at identity."
+    "and states, new ones each call as flax makes them: nnx.jit's cache still compares two "
+    "GraphDefs record by record with flax's own ==."
 )
 
 
