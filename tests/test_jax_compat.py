@@ -278,14 +278,13 @@ def test_source_check_catches_each_kind(tmp_path):
 
 
 def test_the_current_trace_is_read_where_jax_keeps_it():
-    import jax
-    from jax._src import core
-    from jax.extend.core import get_opaque_trace_state
-
     where = _jax_compat.opaque_trace_context()
     if where is None:
         pytest.skip("this jax has no public get_opaque_trace_state: the C code asks "
                     "flax's current_jax_trace instead")
+    from jax._src import core
+    from jax.extend.core import get_opaque_trace_state
+
     holder, name = where
     assert getattr(holder, name) is core.trace_ctx.trace
     seen = []

@@ -58,8 +58,15 @@ def _op(make: Callable[[SimpleNamespace, Any], tuple[Callable[[], Any], Callable
         # A model of its own: the stateful nnx workloads (train steps, update) step the shared
         # one a number of times that differs between the plain and the installed process, and
         # these rows fingerprint values.
+        import jax
+
         state = _own_state(depth)
         tree = (state.model, state.optimizer)
+        if jax.tree_util.tree_leaves(state.model) == [state.model]:
+            from benchmarks.unsupported import Unsupported
+
+            # flax before 0.11: an nnx Module is no jax pytree, so there is no tree to measure.
+            raise Unsupported("unavailable: this flax's nnx Modules are not jax pytrees")
         twin = mirror(tree)
         leaves = check_same_leaves(tree, twin)
         call, floor = make(state, twin)
