@@ -241,8 +241,11 @@ def pytest_sessionfinish(session):
             continue
         kind = text.split(":")[0]
         status[kind] += 1
-        if kind == "library":
+        if kind == "library" or "graph mode" in kind:
             library[f"{cls.__module__}.{cls.__qualname__}"] = text
+    graph = getattr(__import__("sys").modules.get("fastree.integrations.flax_nnx_graph"), "_graph", None)
+    for cls, reason in (getattr(graph, "fallbacks", None) or {}).items():
+        library.setdefault(f"{cls.__module__}.{cls.__qualname__}", f"graph mode: flax: {reason}")
     with open(os.environ["FASTREE_NODE_REPORT"], "w") as out:
         json.dump({"counts": dict(status), "library": library}, out, indent=1, sort_keys=True)
 """
@@ -323,7 +326,8 @@ def parse_junit(report: Path) -> dict[str, Outcome]:
 
 
 def print_node_report(name: str, report: Path) -> None:
-    """The installed run's attribute nodes: how many native, still checking, back to the library."""
+    """The installed run's attribute nodes: how many native, still checking, back to the library;
+    and each class the library or flax's graph mode answers for, with the reason."""
     nodes = report.with_suffix(".nodes.json")
     if not nodes.exists():
         print(f"  {name}: no attribute-node report ({nodes} missing: the run did not finish?)")

@@ -165,17 +165,16 @@ def test_an_undecided_update_check_is_not_repeated_for_ever():
 # first walks. A difference is forced here (the comparison says so, for the outer check only):
 # the types then stay flax's, with the reason, and the program's results are flax's.
 _OUTER_MERGE = r"""
-import json, sys, inspect
+import json, sys
 import jax.numpy as jnp
 from flax import nnx
 from fastree.integrations import flax_nnx_graph
 
 force = len(sys.argv) > 1 and sys.argv[1] == "force"
-compare = flax_nnx_graph._compare.rebuilt_difference
-def forced(graph, ours, theirs):
-    outer = inspect.currentframe().f_back.f_code.co_name == "_checked_outer_unflatten"
-    return "forced" if force and outer else compare(graph, ours, theirs)
-flax_nnx_graph._compare.rebuilt_difference = forced
+compare = flax_nnx_graph._compare.merged_copies_difference
+def forced(*args):
+    return "forced" if force else compare(*args)
+flax_nnx_graph._compare.merged_copies_difference = forced
 
 class Model(nnx.Module):
     def __init__(self):
@@ -212,3 +211,35 @@ def test_a_difference_in_a_merge_into_the_callers_objects_leaves_it_to_flax():
     assert forced["fallbacks"], forced
     assert all("merging into existing objects: forced" in f for f in forced["fallbacks"])
     assert forced["w"] == [8.0, 8.0, 8.0] and forced["count"] == 3.0
+
+
+# nnx.capture of a Perturbation around an nnx.jit method: the merge back into the caller's module
+# leaves a Variable whose value (an empty dict) flax's copies each copy. The outer check compares
+# two such copies: an untouched copy of one original value is the same, not a difference.
+_CAPTURE = r"""
+import json, sys
+from flax import nnx
+
+class Foo(nnx.Module):
+    @nnx.jit
+    def __call__(self, x):
+        x = self.perturb("grad_of_x", x)
+        y = 3 * x
+        self.sow(nnx.Intermediate, "y", y)
+        return y
+
+model = Foo()
+y, perturbations = nnx.capture(model, nnx.Perturbation)(1.0)
+out = {"y": float(y), "perturbations": sorted(str(k) for k in perturbations)}
+if len(sys.argv) > 1:
+    from fastree.integrations import flax_nnx_graph
+    out["fallbacks"] = sorted(f"{c.__qualname__}: {r}"
+                              for c, r in flax_nnx_graph._graph.fallbacks.items())
+print(json.dumps(out))
+"""
+
+
+def test_a_capture_merged_back_stays_native():
+    installed = run_json_program(_CAPTURE, True, "status")
+    assert installed.pop("fallbacks") == []
+    assert installed == run_json_program(_CAPTURE, False)

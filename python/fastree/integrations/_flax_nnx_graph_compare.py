@@ -136,6 +136,47 @@ def rebuilt_difference(graph: Any, ours: Any, theirs: Any) -> str | None:
     return None
 
 
+def values_before(graph: Any, copy: Any) -> dict[int, tuple[int, Any, Any]]:
+    """A copy's Variables before a merge into it: id -> (position, the Variable, its value)."""
+    _, state = graph.flax_flatten(copy, ref_index=graph.graphlib.PythonRefMap(), graph=True)
+    return {id(leaf): (i, leaf, getattr(leaf, "_raw_value", None))
+            for i, leaf in enumerate(state.leaves)}
+
+
+def merged_copies_difference(graph: Any, ours: Any, theirs: Any,
+                             ours_before: dict[int, tuple[int, Any, Any]],
+                             theirs_before: dict[int, tuple[int, Any, Any]]) -> str | None:
+    # Two copies of the caller's objects after the native merge into one and flax's into the
+    # other, compared as rebuilt_difference compares, except that a Variable whose value
+    # neither merge replaced holds its own copy's copy of one original value (flax's copies
+    # copy a dict value, say): that counts as the same when both sat at the same place before.
+    if type(ours) is not type(theirs):
+        return "the merged node's class differs"
+    fresh = graph.graphlib.PythonRefMap
+    ours_def, ours_state = graph.flax_flatten(ours, ref_index=fresh(), graph=True)
+    theirs_def, theirs_state = graph.flax_flatten(theirs, ref_index=fresh(), graph=True)
+    if not equal(ours_def, theirs_def):
+        return "the merged objects' graphs differ"
+    if len(ours_state.leaves) != len(theirs_state.leaves):
+        return "the merged objects' leaves differ"
+    for a, b in zip(ours_state.leaves, theirs_state.leaves):
+        if same_leaf(graph, a, b):
+            continue
+        before_a, before_b = ours_before.get(id(a)), theirs_before.get(id(b))
+        untouched = (
+            before_a is not None and before_b is not None
+            and before_a[1] is a and before_b[1] is b
+            and before_a[0] == before_b[0]
+            and a._raw_value is before_a[2] and b._raw_value is before_b[2]
+            and type(a) is type(b)
+            and equal(a._var_metadata, b._var_metadata)
+            and equal(a._trace_state, b._trace_state)
+        )
+        if not untouched:
+            return "the merged objects' leaves differ"
+    return None
+
+
 def index_difference(ours: dict[Any, Any], theirs: dict[Any, Any]) -> str | None:
     if list(ours) != list(theirs) or not all(type(ours[k]) is type(theirs[k]) for k in ours):
         return "the index map differs"

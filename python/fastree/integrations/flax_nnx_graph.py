@@ -818,6 +818,11 @@ def _checked_outer_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, g
     except Exception:  # noqa: BLE001 - no copies to compare on: this call is flax's
         return flax_alone()
     ours_copy, theirs_copy = copies
+    try:
+        ours_before = _compare.values_before(graph, ours_copy)
+        theirs_before = _compare.values_before(graph, theirs_copy)
+    except Exception:  # noqa: BLE001 - nothing to compare on: this call is flax's
+        return flax_alone()
     context = graph.outer_unflatten_context
     ours = _core.nnx_graph_unflatten(*args, index_map(index_ref),
                                      index_map(zip(keys, ours_copy)), recreate_variables, context)
@@ -832,8 +837,10 @@ def _checked_outer_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, g
         theirs = graph.flax_unflatten(graphdef, state, index_ref=index_map(index_ref),
                                       outer_index_outer_ref=index_map(zip(keys, theirs_copy)),
                                       recreate_variables=recreate_variables)
-        why = (_compare.rebuilt_difference(graph, ours[0], theirs)
-               or _compare.rebuilt_difference(graph, ours_copy, theirs_copy))
+        why = (_compare.merged_copies_difference(graph, ours[0], theirs, ours_before,
+                                                 theirs_before)
+               or _compare.merged_copies_difference(graph, ours_copy, theirs_copy,
+                                                    ours_before, theirs_before))
     except Exception:  # noqa: BLE001 - no comparison: this call is flax's, nothing is decided
         return flax_alone()
     verified, verified_nodes = checks.pending, checks.pending_nodes
