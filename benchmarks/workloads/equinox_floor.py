@@ -17,12 +17,11 @@ from typing import Any
 from benchmarks.workloads.base import FLOOR, Prepared, Workload
 from benchmarks.workloads.equinox_ops import SIZES, _model
 from benchmarks.workloads.floor import (
-    check_same_leaves,
     flatten_pair,
     jit_on_arrays,
     mirror_containers,
+    prepared_against_twin,
     unflatten_pair,
-    with_floor,
 )
 
 
@@ -46,10 +45,7 @@ def _op(make: Callable[[Any, Any], tuple[Callable[[], Any], Callable[[], Any]]]
         ) -> Callable[[int], Prepared]:
     def build(blocks: int) -> Prepared:
         model = _model(blocks)
-        twin = mirror(model)
-        leaves = check_same_leaves(model, twin)
-        call, floor = make(model, twin)
-        return with_floor(call, floor, f"{blocks} blocks, {leaves} leaves")
+        return prepared_against_twin(model, model, mirror, make, f"{blocks} blocks")
 
     return build
 

@@ -47,6 +47,18 @@ def check_same_leaves(tree: Any, twin: Any) -> int:
     return len(ours)
 
 
+def prepared_against_twin(
+    tree: Any, subject: Any, mirror: Callable[[Any], Any],
+    make: Callable[[Any, Any], tuple[Callable[[], Any], Callable[[], Any]]], size: str,
+) -> Prepared:
+    """``make(subject, twin)``'s call and floor, for ``tree`` and its checked twin ``mirror(tree)``
+    (``size`` names the model; the leaf count follows)."""
+    twin = mirror(tree)
+    leaves = check_same_leaves(tree, twin)
+    call, floor = make(subject, twin)
+    return with_floor(call, floor, f"{size}, {leaves} leaves")
+
+
 def with_floor(call: Callable[[], Any], floor: Callable[[], Any], size: str) -> Prepared:
     """A Prepared timing ``call`` against ``floor``; both results are fingerprinted."""
 

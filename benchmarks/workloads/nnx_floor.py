@@ -18,12 +18,11 @@ from typing import Any
 
 from benchmarks.workloads.base import FLOOR, Prepared, Workload
 from benchmarks.workloads.floor import (
-    check_same_leaves,
     flatten_pair,
     jit_on_arrays,
     mirror_containers,
+    prepared_against_twin,
     unflatten_pair,
-    with_floor,
 )
 from benchmarks.workloads.nnx_ops import SIZES, _state
 
@@ -67,10 +66,7 @@ def _op(make: Callable[[SimpleNamespace, Any], tuple[Callable[[], Any], Callable
 
             # flax before 0.11: an nnx Module is no jax pytree, so there is no tree to measure.
             raise Unsupported("unavailable: this flax's nnx Modules are not jax pytrees")
-        twin = mirror(tree)
-        leaves = check_same_leaves(tree, twin)
-        call, floor = make(state, twin)
-        return with_floor(call, floor, f"{depth} blocks, {leaves} leaves")
+        return prepared_against_twin(tree, state, mirror, make, f"{depth} blocks")
 
     return build
 

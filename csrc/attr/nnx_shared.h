@@ -29,7 +29,6 @@ struct Names {
     PyObject* trace_state;       // Variable._trace_state, PytreeState._trace_state
     PyObject* jax_trace;         // TraceState._jax_trace
     PyObject* trace_ref;         // jax's OpaqueTraceState._trace_ref
-    PyObject* trace;             // jax's trace_ctx.trace
     PyObject* weakref;           // jax's Trace._weakref
     PyObject* hijax;             // the Variable metadata key "hijax" (and Variable.hijax)
     PyObject* ref;               // the Variable metadata key "ref" (and Variable.ref)
@@ -68,7 +67,6 @@ inline const Names* GetNames() {
         n->trace_state = PyUnicode_InternFromString("_trace_state");
         n->jax_trace = PyUnicode_InternFromString("_jax_trace");
         n->trace_ref = PyUnicode_InternFromString("_trace_ref");
-        n->trace = PyUnicode_InternFromString("trace");
         n->weakref = PyUnicode_InternFromString("_weakref");
         n->hijax = PyUnicode_InternFromString("hijax");
         n->ref = PyUnicode_InternFromString("ref");

@@ -28,6 +28,25 @@ def _register_with_jax_as_dag(nodetype: type[Any]) -> None:
     _jtu.register_pytree_node(nodetype, _identity.jax_flatten, _identity.jax_unflatten)
 
 
+def _registered_natively(nodetype: type[Any], flatten_with_keys: Any, unflatten: Any,
+                         flatten: Any, *, keyed: bool) -> bool:
+    # A library's own node class (an equinox Module, flax.nnx's PytreeState): registered, with
+    # JAX and with the core, as the attribute node an integration offers for these functions
+    # (fastree.integrations), if one does. JAX gets the node's functions in the registration's
+    # own shape (keys only where the library gave them).
+    node = integrations.native_node(nodetype, flatten_with_keys, unflatten, flatten)
+    if node is None:
+        return False
+    if keyed:
+        _jtu.register_pytree_with_keys(nodetype, node.flatten_with_keys, node.unflatten,
+                                       node.flatten)
+    else:
+        _jtu.register_pytree_node(nodetype, node.flatten, node.unflatten,
+                                  None if flatten_with_keys is None else node.flatten_with_keys)
+    _core.register_attribute_node(node)
+    return True
+
+
 def register_pytree_node(
     nodetype: type[T],
     flatten_func: Callable[[T], tuple[Iterable[Any], Any]],
@@ -50,18 +69,10 @@ def register_pytree_node(
     [1, 2, 3]
     """
     _require_type(nodetype, "register_pytree_node")
-    if not preserve_identity:
-        # A library's own node class (flax.nnx's PytreeState): read natively if an integration
-        # knows these functions (fastree.integrations). JAX gets the node's functions in the
-        # registration's own shape (keys only where the library gave them).
-        node = integrations.native_node(nodetype, flatten_with_keys_func, unflatten_func,
-                                        flatten_func)
-        if node is not None:
-            _jtu.register_pytree_node(nodetype, node.flatten, node.unflatten,
-                                      None if flatten_with_keys_func is None
-                                      else node.flatten_with_keys)
-            _core.register_attribute_node(node)
-            return
+    if not preserve_identity and _registered_natively(
+        nodetype, flatten_with_keys_func, unflatten_func, flatten_func, keyed=False
+    ):
+        return
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:
@@ -91,15 +102,10 @@ def register_pytree_with_keys(
     [((GetAttrKey(name='x'),), 7)]
     """
     _require_type(nodetype, "register_pytree_with_keys")
-    if not preserve_identity:
-        # A library's own node class (an equinox Module): read natively if an integration knows
-        # these functions (fastree.integrations).
-        node = integrations.native_node(nodetype, flatten_with_keys, unflatten_func, flatten_func)
-        if node is not None:
-            _jtu.register_pytree_with_keys(nodetype, node.flatten_with_keys, node.unflatten,
-                                           node.flatten)
-            _core.register_attribute_node(node)
-            return
+    if not preserve_identity and _registered_natively(
+        nodetype, flatten_with_keys, unflatten_func, flatten_func, keyed=True
+    ):
+        return
     if preserve_identity:
         _register_with_jax_as_dag(nodetype)
     else:

@@ -101,10 +101,60 @@ _lock = threading.Lock()
 _updating = threading.local()
 
 
-class _Graph:
-    """What the attached walk holds: flax's objects, the per-type table, the checks."""
+class _CheckTables:
+    """One set of kind tables and first-walk checks.
+
+    ``kinds``: the table of the types flatten and update meet (and unflatten's leaves);
+    ``node_kinds``: that of the NodeDef/VariableDef types unflatten meets, as
+    get_node_impl_for_type finds their impl. ``pending``/``pending_nodes``: types met by no walk
+    that was compared with flax's yet; ``verified``/``verified_nodes``: those that were. The
+    graph keeps its own (``_Graph``); merges into the caller's objects keep another
+    (``_Graph.outer``): a type verified by a merge into new objects is still pending there until
+    a merge into existing ones met it and was compared with flax's
+    (``_checked_outer_unflatten``).
+    """
+
+    def __init__(self, graph: _Graph) -> None:
+        # The graph whose classification and fallbacks these tables use (itself, for its own).
+        self.graph = graph
+        self.kinds: dict[type, tuple[int, Any, Any]] = {}
+        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
+        self.pending: list[type] = []
+        self.verified: set[type] = set()
+        self.pending_nodes: list[type] = []
+        self.verified_nodes: set[type] = set()
+
+    def classify(self, cls: type) -> tuple[int, Any, Any]:
+        graph = self.graph
+        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._kind(cls)
+        self.kinds[cls] = entry
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
+            self.pending.append(cls)
+        return entry
+
+    def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
+        graph = self.graph
+        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._node_kind(cls)
+        self.node_kinds[cls] = entry
+        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
+            self.pending_nodes.append(cls)
+        return entry
+
+    def forget_pending(self) -> None:
+        # A walk that was not served checks nothing: the types it met are classified again
+        # (and so pending again) by the next walk that meets them.
+        for cls in self.pending:
+            self.kinds.pop(cls, None)
+        for cls in self.pending_nodes:
+            self.node_kinds.pop(cls, None)
+        self.pending, self.pending_nodes = [], []
+
+
+class _Graph(_CheckTables):
+    """What the attached walk holds: flax's objects, the per-type tables, the checks."""
 
     def __init__(self, graphlib: Any) -> None:
+        super().__init__(self)
         variablelib = sys.modules["flax.nnx.variablelib"]
         pytreelib = sys.modules["flax.nnx.pytreelib"]
         typing = sys.modules["flax.typing"]
@@ -130,16 +180,7 @@ class _Graph:
             cls: (graphlib.PYTREE_REGISTRY[cls], kind)
             for cls, kind in ((list, LIST), (tuple, TUPLE), (type(None), NONE), (dict, DICT))
         }
-        self.kinds: dict[type, tuple[int, Any, Any]] = {}
-        # NodeDef/VariableDef types -> entry, as get_node_impl_for_type finds their impl.
-        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
         self.generation: tuple[int, int, int] = (-1, -1, -1)
-        # Types met by no walk that was compared with flax's yet, and those that were.
-        self.pending: list[type] = []
-        self.verified: set[type] = set()
-        # The same for the node types unflatten meets.
-        self.pending_nodes: list[type] = []
-        self.verified_nodes: set[type] = set()
         # Native flatten/unflatten calls under way (nested ones included): _walk_in_progress.
         self.walking = 0
         # Types left to flax after a difference: type -> reason.
@@ -194,7 +235,7 @@ class _Graph:
         # A merge into the caller's objects (an outer index map: the end of nnx.jit and of every
         # transform) walks with tables of its own, so that its first walks over each type are
         # compared with flax's too (_checked_outer_unflatten).
-        self.outer = _OuterChecks(self)
+        self.outer = _CheckTables(self)
         self.outer_unflatten_context = _context(_core.NNX_GRAPH_UNFLATTEN_CONTEXT, {
             **unflatten_items,
             "leaf_kinds": self.outer.kinds,
@@ -242,14 +283,6 @@ class _Graph:
             for table in (self.kinds, self.node_kinds, self.outer.kinds, self.outer.node_kinds):
                 table.pop(cls, None)
 
-    def classify(self, cls: type) -> tuple[int, Any, Any]:
-        entry = self._kind(cls)
-        if cls in self.fallbacks:
-            entry = (UNSERVED, None, None)
-        self.kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
-            self.pending.append(cls)
-        return entry
 
     def learn_state_aux(self, treedef: Any) -> Any:
         # The (initializing, is_setup) aux data of a treedef that is one PytreeState node with no
@@ -271,23 +304,6 @@ class _Graph:
         states[id(treedef)] = (treedef, aux)
         return aux
 
-    def forget_pending(self) -> None:
-        # A walk that was not served checks nothing: the types it met are classified again
-        # (and so pending again) by the next walk that meets them.
-        for cls in self.pending:
-            self.kinds.pop(cls, None)
-        for cls in self.pending_nodes:
-            self.node_kinds.pop(cls, None)
-        self.pending, self.pending_nodes = [], []
-
-    def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
-        entry = self._node_kind(cls)
-        if cls in self.fallbacks:
-            entry = (UNSERVED, None, None)
-        self.node_kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
-            self.pending_nodes.append(cls)
-        return entry
 
     def _node_kind(self, cls: type) -> tuple[int, Any, Any]:
         # graphlib.get_node_impl_for_type's order: GenericPytree, PYTREE_REGISTRY, GRAPH_REGISTRY;
@@ -400,47 +416,6 @@ class _Graph:
                          "from_metadata", "_new", "update_from_state", "set_raw_value",
                          "_check_can_update")
         )
-
-
-class _OuterChecks:
-    """The tables and first-walk checks of merges into the caller's objects (an outer index map).
-
-    The same entries as the graph's own tables (``_Graph.classify``), kept apart: a type
-    verified by a merge into new objects is still pending here until a merge into existing ones
-    met it and was compared with flax's (``_checked_outer_unflatten``).
-    """
-
-    def __init__(self, graph: _Graph) -> None:
-        self.graph = graph
-        self.kinds: dict[type, tuple[int, Any, Any]] = {}
-        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
-        self.pending: list[type] = []
-        self.pending_nodes: list[type] = []
-        self.verified: set[type] = set()
-        self.verified_nodes: set[type] = set()
-
-    def classify(self, cls: type) -> tuple[int, Any, Any]:
-        graph = self.graph
-        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._kind(cls)
-        self.kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
-            self.pending.append(cls)
-        return entry
-
-    def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
-        graph = self.graph
-        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._node_kind(cls)
-        self.node_kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
-            self.pending_nodes.append(cls)
-        return entry
-
-    def forget_pending(self) -> None:
-        for cls in self.pending:
-            self.kinds.pop(cls, None)
-        for cls in self.pending_nodes:
-            self.node_kinds.pop(cls, None)
-        self.pending, self.pending_nodes = [], []
 
 
 def _context(names: tuple[str, ...], items: dict[str, Any]) -> tuple[Any, ...]:
@@ -711,7 +686,7 @@ def _make_unflatten(graph: _Graph) -> Any:
         try:
             graph.refresh()
             args = (graphdef.nodes, graphdef.attributes, leaves)
-            # Into the caller's objects: the outer tables and checks (_OuterChecks).
+            # Into the caller's objects: the outer tables and checks (_Graph.outer).
             into_existing = outer_index_outer_ref is not None
             checks = graph.outer if into_existing else graph
             context = graph.outer_unflatten_context if into_existing else graph.unflatten_context
@@ -800,7 +775,7 @@ def _checked_outer_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, g
     checks = graph.outer
 
     def flax_alone() -> Any:
-        checks.forget_pending()
+        checks.forget_pending()  # (nothing pending once the check has decided)
         return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
                                     outer_index_outer_ref=outer,
                                     recreate_variables=recreate_variables)
@@ -847,17 +822,12 @@ def _checked_outer_unflatten(graph: _Graph, args: tuple[Any, ...], state: Any, g
     checks.pending, checks.pending_nodes = [], []
     if why is not None:
         graph.fall_back(met, f"merging into existing objects: {why}")
-        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
-                                    outer_index_outer_ref=outer,
-                                    recreate_variables=recreate_variables)
+        return flax_alone()
     checks.verified.update(verified)
     checks.verified_nodes.update(verified_nodes)
     result = _core.nnx_graph_unflatten(*args, index_ref, outer, recreate_variables, context)
-    if not result:  # the tables changed meanwhile (a registration): flax's function
-        return graph.flax_unflatten(graphdef, state, index_ref=index_ref,
-                                    outer_index_outer_ref=outer,
-                                    recreate_variables=recreate_variables)
-    return result[0]
+    # Falsy when the tables changed meanwhile (a registration): flax's function.
+    return result[0] if result else flax_alone()
 
 
 
