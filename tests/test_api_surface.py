@@ -186,6 +186,8 @@ def test_import_is_warning_free(stmt):
         "fastree._jit",
         "fastree._argument_checks",
         "fastree.integrations",
+        "fastree.integrations._flax_nnx_graph_replay",
+        "fastree.integrations._flax_nnx_graph_user_code",
     ],
 )
 def test_docstring_examples(module):

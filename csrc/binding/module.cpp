@@ -251,7 +251,8 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         },
         py::arg("node"), py::arg("with_paths"), py::arg("ref_mapping"), py::arg("outer_mapping"),
         py::arg("context"),
-        "flax.nnx graphlib.flatten in graph mode (csrc/nnx/nnx_graph.h), or None where not served.");
+        "flax.nnx graphlib.flatten in graph mode (csrc/nnx/nnx_graph.h): its result and the node\n"
+        "functions it called, or those alone (a list) where not served.");
     m.def(
         "nnx_graph_unflatten",
         [](py::handle nodes, py::handle attributes, py::handle leaves, py::handle index_ref,

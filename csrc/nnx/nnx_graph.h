@@ -136,8 +136,10 @@ PyObject* MergeLeaves(PyObject* states, PyObject* context);
 // graphlib.flatten(node, with_paths=..., ref_index=..., ref_outer_index=...) in graph mode, for
 // a Python-side RefMap: `ref_mapping` is its `_mapping` dict (id -> (object, index)), read only;
 // `outer_mapping` the outer RefMap's, or None. Returns (nodes, attributes, leaves, paths or
-// None, added) where `added` holds the entries the walk gives the RefMap, in order (the caller
-// merges them in), or None where the walk is not served, or null with an error set.
+// None, added, called) where `added` holds the entries the walk gives the RefMap, in order (the
+// caller merges them in), and `called` is [node, result, ...], each node impl's flatten the walk
+// called and what it returned; where the walk is not served, `called` alone (a list); or null
+// with an error set.
 PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObject* outer_mapping,
                   PyObject* context);
 

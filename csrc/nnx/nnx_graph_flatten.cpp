@@ -4,6 +4,10 @@
 // name the flax line each step reproduces. It writes nothing the caller can see until it
 // returns: new reference-map entries go to `added`, which the Python side merges into the
 // RefMap, so a walk that gives up (kUnserved, returns 0) leaves flax's own function a clean start.
+// It also returns each node function it called with that call's result (`called`): where flax's
+// function walks the same graph after it (a first walk's check, a walk not served), it is given
+// those results instead of calling a user's flatten a second time
+// (integrations/_flax_nnx_graph_replay.py).
 #include "nnx/nnx_graph.h"
 
 #include <vector>
@@ -43,9 +47,15 @@ class Walk {
         if (!leaves) return nullptr;
         Ref paths(with_paths_ ? StealIntoSequence(paths_, false) : Py_NewRef(Py_None));
         if (!paths) return nullptr;
-        return PyTuple_Pack(5, nodes.get(), attributes.get(), leaves.get(), paths.get(),
-                            added_.get());
+        Ref called(Called());
+        if (!called) return nullptr;
+        return PyTuple_Pack(6, nodes.get(), attributes.get(), leaves.get(), paths.get(),
+                            added_.get(), called.get());
     }
+
+    // [node, (values, metadata), node, ...]: each `node_impl.flatten(node)` the walk made, in
+    // order, with its result.
+    PyObject* Called() { return StealIntoSequence(called_, false); }
 
  private:
     // The table entry (kind, impl, impl.type) of `type`.
@@ -210,6 +220,8 @@ class Walk {
         if (!flatten) return kFailed;
         Ref result(PyObject_CallOneArg(flatten.get(), node));
         if (!result) return kFailed;
+        PushNewRef(called_, node);
+        PushNewRef(called_, result.get());
         if (!PyTuple_CheckExact(result.get()) || PyTuple_GET_SIZE(result.get()) != 2) {
             return kNotServed;
         }
@@ -377,6 +389,7 @@ class Walk {
     PyObject* const outer_mapping_;  // borrowed, or null
     Ref added_;
     RefVector nodes_, attributes_, leaves_, paths_;
+    RefVector called_;  // node, result, node, result...: see Called()
     std::vector<PyObject*> path_;  // borrowed keys, each owned by a Child on the C++ stack
 };
 
@@ -400,7 +413,7 @@ PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObje
             walk.KeepAddedAfterError();
             return nullptr;
         case kNotServed:
-            Py_RETURN_NONE;
+            return walk.Called();
         case kServed:
             break;
     }

@@ -203,7 +203,8 @@ def set_strict_aux(strict: bool) -> None: ...
 def strict_aux() -> bool: ...
 
 # flax.nnx graph mode (csrc/nnx/nnx_graph.h; used by fastree.integrations.flax_nnx_graph only). Each
-# takes the context tuple that module builds; None means "not served: run flax's function".
+# takes the context tuple that module builds; None (for the flatten, a list) means "not served:
+# run flax's function".
 NNX_GRAPH_CONTEXT: tuple[str, ...]
 """The names of the flatten context's items, in the order the C walks read them."""
 NNX_GRAPH_UNFLATTEN_CONTEXT: tuple[str, ...]
@@ -216,7 +217,10 @@ def nnx_graph_flatten(
     outer_mapping: dict[int, tuple[Any, int]] | None,
     context: tuple[Any, ...],
 ) -> tuple[list[Any], list[tuple[Any, Any]], list[Any], list[tuple[Any, ...]] | None,
-           dict[int, tuple[Any, int]]] | None: ...
+           dict[int, tuple[Any, int]], list[Any]] | list[Any]:
+    """The walk's (nodes, attributes, leaves, paths, added, called), or only ``called`` (a
+    list) where it is not served. ``called`` is [node, result, ...]: each node impl's flatten
+    the walk called, with its result, in order."""
 def nnx_graph_unflatten(
     nodes: list[Any],
     attributes: list[tuple[Any, Any]],

@@ -38,6 +38,7 @@ from typing import Any
 from .. import _core
 from ..jax_interop import compat as _jax_compat
 from . import _flax_nnx_graph_compare as _compare
+from . import _flax_nnx_graph_replay as _replay
 from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
 from ._flax_nnx_graph_kinds import (
@@ -593,17 +594,18 @@ def _make_flatten(graph: _Graph) -> Any:
             except BaseException:
                 state.forget_pending()  # a walk that raised checked nothing
                 raise
-            if result is None:
+            if type(result) is list:  # not served: flax's, given the node calls it made
                 state.forget_pending()
-                return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
-                                    ref_outer_index=ref_outer_index, graph=graph)
-            nodes, attributes, leaves, paths, added = result
+                theirs = _replay.replaying_flatten(graphlib, flax_flatten, result)
+                return theirs(node, with_paths=with_paths, ref_index=ref_index,
+                              ref_outer_index=ref_outer_index, graph=graph)
+            nodes, attributes, leaves, paths, added, called = result
             out = (graph_def(nodes=nodes, attributes=attributes, num_leaves=len(leaves)),
                    flat_state.from_sorted_keys_values(tuple(paths), leaves) if with_paths
                    else leaves)
             if state.pending:
-                return _checked_flatten(state, out, added, node, with_paths, ref_index,
-                                        ref_outer_index)
+                return _checked_flatten(state, out, added, called, node, with_paths,
+                                        ref_index, ref_outer_index)
             mapping.update(added)
             return out
         finally:
@@ -613,21 +615,20 @@ def _make_flatten(graph: _Graph) -> Any:
     return flatten
 
 
-def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], node: Any, with_paths: bool,
-                     ref_index: Any, ref_outer_index: Any) -> Any:
+def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], called: list[Any],
+                     node: Any, with_paths: bool, ref_index: Any, ref_outer_index: Any) -> Any:
     # The first walk over new types: flax's function runs too, on a copy of the map, and its
-    # result is the one returned unless the two are the same.
-    # A graph holding a user's node functions (a custom graph node, a jax pytree of Python
-    # functions) has them run a second time here, on a split's first check only: flax's walk
-    # is what proves the types this walk met, and a result left unchecked could be wrong
-    # (tests/test_nnx_graph_check_state.py, a proxy beside such a node). merge and update
-    # leave such graphs to flax instead (_checked_unflatten, _checked_update).
+    # result is the one returned unless the two are the same. flax's walk is given the results
+    # of the node functions the native walk called (_flax_nnx_graph_replay): a user's flatten
+    # runs once per node, as under flax alone, and the check compares what both walks made of
+    # the same results.
     met = graph.pending
     theirs_map = graph.graphlib.PythonRefMap()
     theirs_map._mapping.update(ref_index._mapping)
+    flax_flatten = _replay.replaying_flatten(graph.graphlib, graph.flax_flatten, called)
     try:
-        theirs = graph.flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
-                                    ref_outer_index=ref_outer_index, graph=True)
+        theirs = flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
+                              ref_outer_index=ref_outer_index, graph=True)
         ours_map = {**ref_index._mapping, **added}
         why = (_compare.difference(out, theirs, with_paths)
                or _compare.map_difference(ours_map, theirs_map._mapping))

@@ -1,0 +1,82 @@
+"""flax's graph flatten, given the node functions' results a native walk already got.
+
+Twice flax's ``graphlib.flatten`` runs over a graph the native walk (``csrc/nnx``) has just
+walked: a first walk's check compares the two results, and a walk the native code does not
+serve (an array ref, a Variable with its own accessors...) hands the whole call to flax. In both,
+each node's ``node_impl.flatten(node)`` would run a second time. For flax's own impls that is a
+read nobody sees; for a user's (a custom graph node, a jax pytree registered with Python
+functions) it is a second call that counts, allocates or logs, which flax alone never makes.
+
+So flax's function runs here as it is (its own code objects) over a namespace in which
+``get_node_impl`` hands out, for each node the native walk flattened, the impl with a ``flatten``
+that returns the native walk's results for that node, in the order they were made. A node the
+native walk did not flatten (or flattened fewer times) gets its impl's own function. Nothing
+global is changed: other threads, and other walks on this one, see flax's module as it is.
+
+>>> import types
+>>> class Impl:  # stands in for flax's frozen dataclasses
+...     def __init__(self, flatten): self.flatten = flatten
+>>> calls = []
+>>> impl = Impl(lambda node: calls.append(node) or ([("a", 1)], None))
+>>> node = object()
+>>> replayed = _replayed_impl(impl, node, [([("a", 2)], "native")],
+...                           replace=lambda impl, flatten: Impl(flatten))
+>>> replayed.flatten(node), calls
+(([('a', 2)], 'native'), [])
+>>> replayed.flatten(node) == ([("a", 1)], None), len(calls)  # the results ran out
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any
+
+
+def _replayed_impl(impl: Any, node: Any, results: list[Any],
+                   replace: Callable[[Any, Any], Any]) -> Any:
+    # `results` is consumed front to back, one per call on `node` (the native walk flattens a
+    # pytree node met twice twice, as flax's does).
+    own_flatten = impl.flatten
+
+    def flatten(target: Any) -> Any:
+        if target is node and results:
+            return results.pop(0)
+        return own_flatten(target)
+
+    return replace(impl, flatten)
+
+
+def _replace_flatten(impl: Any, flatten: Any) -> Any:
+    # A copy of flax's impl of the same class (the walk tests `type(node_impl) is ...`).
+    return dataclasses.replace(impl, flatten=flatten)
+
+
+def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> Any:
+    """``flax_flatten`` (graphlib's own ``flatten``) run over a namespace whose
+    ``get_node_impl`` replays ``called`` ([node, result, ...], a native walk's calls)."""
+    if not called:
+        return flax_flatten
+    results: dict[int, tuple[Any, list[Any]]] = {}  # id -> (the node, held; its results)
+    for node, result in zip(called[0::2], called[1::2]):
+        results.setdefault(id(node), (node, []))[1].append(result)
+    flax_get_node_impl = graphlib.get_node_impl
+
+    def get_node_impl(x: Any) -> Any:
+        impl = flax_get_node_impl(x)
+        entry = results.get(id(x))
+        if impl is None or entry is None or entry[0] is not x or not entry[1]:
+            return impl
+        return _replayed_impl(impl, x, entry[1], _replace_flatten)
+
+    namespace = dict(vars(graphlib))
+    namespace["get_node_impl"] = get_node_impl
+    for name in ("_graph_flatten", "flatten"):
+        own = flax_flatten if name == "flatten" else getattr(graphlib, name)
+        copy = types.FunctionType(own.__code__, namespace, own.__name__, own.__defaults__,
+                                  own.__closure__)
+        copy.__kwdefaults__ = own.__kwdefaults__
+        namespace[name] = copy
+    return namespace["flatten"]
