@@ -2,7 +2,9 @@
 //
 // Walks the post-order nodes from the root backwards with an agenda of owned objects; a node
 // pushes its children in order so the last child, whose subtree precedes the node in the
-// vector, is popped next. Error texts are JAX's, since libraries match on them.
+// vector, is popped next. That order meets the leaves last to first: each goes straight to its
+// slot, filled from the end of the output (no reversal afterwards). Error texts are JAX's, since
+// libraries match on them.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -104,8 +106,11 @@ class PrefixWalker {
     bool mismatch() const { return mismatch_; }
 
     bool Run(PyObject* tree) {
+        // One slot per leaf, null until filled (DecrefAll skips nulls on an error).
+        begin_ = out_->size();
+        out_->resize(begin_ + static_cast<size_t>(def_.num_leaves()), nullptr);
+        cursor_ = out_->size();
         PushNewRef(agenda_, tree);
-        const size_t out_begin = out_->size();
         for (Py_ssize_t i = def_.num_nodes() - 1; i >= 0; --i) {
             // Owned from here on: released on every exit, a C++ exception's included.
             Ref obj(agenda_.back());
@@ -128,7 +133,10 @@ class PrefixWalker {
             }
         }
         if (!CheckRefs()) return false;
-        std::reverse(out_->begin() + static_cast<std::ptrdiff_t>(out_begin), out_->end());
+        if (cursor_ != begin_) {  // the treedef's leaf count and its leaf nodes disagree
+            PyErr_SetString(PyExc_SystemError, "fastree: flatten_up_to filled too few leaves");
+            return false;
+        }
         return true;
     }
 
@@ -145,8 +153,8 @@ class PrefixWalker {
     // ---- the checks the kinds' Expect functions choose from; each takes over `obj`
 
     bool ExpectLeaf(Ref& obj) {
-        out_->push_back(obj.get());  // may throw: `obj` still holds the reference
-        obj.release();
+        if (!HasSlots(1)) return false;
+        (*out_)[--cursor_] = obj.release();
         return true;
     }
 
@@ -168,8 +176,7 @@ class PrefixWalker {
                                 std::to_string(Py_SIZE(o)) + " != " + std::to_string(n) + "; " +
                                 name + ": " + Repr(o) + ".");
         }
-        PushSequence(node, is_list ? &PyList_GET_ITEM(o, 0) : &PyTuple_GET_ITEM(o, 0), n);
-        return true;
+        return PushSequence(node, is_list ? &PyList_GET_ITEM(o, 0) : &PyTuple_GET_ITEM(o, 0), n);
     }
 
     bool ExpectNothing(const Node&, Ref&) {  // a shared reference: Run checks it
@@ -179,15 +186,26 @@ class PrefixWalker {
  private:
     // `items` points into a tuple or list that the caller owns; nothing here runs Python code
     // (PushNewRef only INCREFs and may grow a C++ vector), so the list cannot change meanwhile.
-    void PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
+    bool PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
         if (AllChildrenAreLeaves(node)) {
-            // Fast path (parameter lists, flat lists): the output is built reversed, so emit
-            // the children last-first without a round trip through the agenda.
-            for (Py_ssize_t i = n - 1; i >= 0; --i) PushNewRef(*out_, items[i]);
+            // Fast path (parameter lists, flat lists): the children go to their slots without
+            // a round trip through the agenda.
+            if (!HasSlots(n)) return false;
+            cursor_ -= static_cast<size_t>(n);
+            PyObject** slots = out_->data() + cursor_;
+            for (Py_ssize_t i = 0; i < n; ++i) slots[i] = Py_NewRef(items[i]);
             leaf_children_done_ = true;
-            return;
+            return true;
         }
         for (Py_ssize_t i = 0; i < n; ++i) PushNewRef(agenda_, items[i]);
+        return true;
+    }
+
+    // Whether `n` more leaves fit before the first slot: always, for a well-formed treedef.
+    bool HasSlots(Py_ssize_t n) {
+        if (static_cast<size_t>(n) <= cursor_ - begin_) return true;
+        PyErr_SetString(PyExc_SystemError, "fastree: flatten_up_to met more leaves than its treedef has");
+        return false;
     }
 
  public:
@@ -199,30 +217,43 @@ class PrefixWalker {
         // Fast path: same size and every expected key present means the same key set, found by
         // lookups, with no sort of the tree's keys. The sorting path below builds the message.
         if (PyDict_GET_SIZE(obj) == node.arity) {
-            // Each value goes straight to where it is consumed (the output for leaf children,
-            // else the agenda), owned from the moment it is found: the next lookup hashes and
-            // compares keys, user code that may change `obj`. A key not found rolls them back.
+            // Each value goes straight to where it is consumed (its output slot for leaf
+            // children, else the agenda), owned from the moment it is found: the next lookup
+            // hashes and compares keys, user code that may change `obj`. A key not found rolls
+            // them back.
             const bool leaves = AllChildrenAreLeaves(node);
-            std::vector<PyObject*>& dest = leaves ? *out_ : agenda_;
-            const size_t begin = dest.size();
+            if (leaves && !HasSlots(node.arity)) return false;
+            const size_t first = cursor_ - (leaves ? static_cast<size_t>(node.arity) : 0);
+            const size_t begin = agenda_.size();
             PyObject* const* expected = def_.keys.data() + node.keys_begin;
             Count i = 0;
             for (; i < node.arity; ++i) {
                 PyObject* value = PyDict_GetItemWithError(obj, expected[i]);
                 if (value == nullptr) break;
-                PushNewRef(dest, value);
+                if (leaves) {
+                    (*out_)[first + static_cast<size_t>(i)] = Py_NewRef(value);
+                } else {
+                    PushNewRef(agenda_, value);
+                }
             }
             // The size is checked again: a key's __eq__ may have added keys during the lookups.
             if (i == node.arity && PyDict_GET_SIZE(obj) == node.arity) {
-                if (leaves) {  // the output is built reversed (see PushSequence)
-                    std::reverse(dest.begin() + static_cast<std::ptrdiff_t>(begin), dest.end());
+                if (leaves) {
+                    cursor_ = first;
                     leaf_children_done_ = true;
                 }
                 return true;
             }
-            while (dest.size() > begin) {  // each value leaves `dest` before it is released
-                Ref value(dest.back());
-                dest.pop_back();
+            // Each value leaves its slot before it is released (a release can run Python code).
+            if (leaves) {
+                for (size_t k = first + static_cast<size_t>(i); k-- > first;) {
+                    Ref value((*out_)[k]);
+                    (*out_)[k] = nullptr;
+                }
+            }
+            while (agenda_.size() > begin) {
+                Ref value(agenda_.back());
+                agenda_.pop_back();
             }
             if (PyErr_Occurred()) return false;
         }
@@ -255,17 +286,17 @@ class PrefixWalker {
             ReleaseItems(items, 0);
             return Mismatch(PyExc_ValueError, message);
         }
-        MoveValues(node, items);
-        return true;
+        return MoveValues(node, items);
     }
 
     // Moves the values of a dict node's gathered items (owned) to the output (leaf children)
     // or the agenda. Each is nulled once moved, so a push that throws (std::bad_alloc) leaves
     // every reference owned exactly once; `items` releases the rest (the keys) when it dies.
-    void MoveValues(const Node& node, Items& items) {
+    bool MoveValues(const Node& node, Items& items) {
         if (AllChildrenAreLeaves(node)) {
+            if (!HasSlots(static_cast<Py_ssize_t>(items.size()))) return false;
             for (size_t i = items.size(); i-- > 0;) {
-                out_->push_back(items[i].value);
+                (*out_)[--cursor_] = items[i].value;
                 items[i].value = nullptr;
             }
             leaf_children_done_ = true;
@@ -276,6 +307,7 @@ class PrefixWalker {
             }
         }
         items.Release(0);  // the keys
+        return true;
     }
 
     bool ExpectNamedTuple(const Node& node, Ref& owned) {
@@ -298,8 +330,7 @@ class PrefixWalker {
             return Mismatch(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
                                               Repr(def_.Data(node)) + ", tuple: " + Repr(obj) + ".");
         }
-        PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
-        return true;
+        return PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
     }
 
     // Custom-like nodes are compared the way JAX does: same registration, aux data not `!=`,
@@ -437,6 +468,8 @@ class PrefixWalker {
     // a visible share of the call.
     ScratchVector agenda_buf_;
     std::vector<PyObject*>& agenda_ = agenda_buf_.get();
+    size_t begin_ = 0;   // the first slot of this walk's leaves in *out_
+    size_t cursor_ = 0;  // one past the next slot to fill (leaves are met last to first)
     bool leaf_children_done_ = false;  // set by a Step that emitted its leaf children itself
     bool mismatch_ = false;            // the error set is one of ours (see Mismatch)
 };
