@@ -97,6 +97,9 @@ class Flattener {
     static constexpr bool kDef = kDefMode;
     static constexpr bool kPaths = kPathsMode;
 
+    // The calling thread's state, read once: each level's RecursionGuard uses it.
+    PyThreadState* Thread() const { return thread_; }
+
     // Where a node's children start: leaves and nodes so far.
     struct Mark {
         size_t leaves;
@@ -287,6 +290,7 @@ class Flattener {
     TreeDef* def_;
     std::vector<PyObject*>* leaves_;
     std::vector<PyObject*>* paths_;
+    PyThreadState* const thread_ = PyThreadState_Get();  // for the recursion guards
     PathStack path_;  // key entries from the root to the current node
     // Key entries past the index cache live as long as some key-path walk does (keys.h).
     struct NoScope {};

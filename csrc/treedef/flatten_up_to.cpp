@@ -66,6 +66,7 @@ class OneNodeReader {
     explicit OneNodeReader(PyObject* obj) : obj_(obj) {}
 
     Mark Begin() const { return {}; }
+    PyThreadState* Thread() const { return PyThreadState_Get(); }  // one read: one level
     template <bool kOwned = false>
     bool Child(PyObject* child, PyObject* /*key*/) {
         PushOwned(children, kOwned ? child : Py_NewRef(child));

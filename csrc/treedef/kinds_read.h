@@ -6,6 +6,8 @@
 //   Walk::kDef, Walk::kPaths   whether a treedef / key paths are being built (node data and key
 //                              entries are made only when wanted)
 //   w.Begin()                  a Mark: the walk's position before the node's children
+//   w.Thread()                 the calling thread's state (PyThreadState_Get(), read once per walk),
+//                              for the RecursionGuard each Read holds
 //   w.Child<kOwned>(c, key)    visits child `c` (borrowed, or owned and given up if kOwned) under
 //                              key entry `key` (a new reference; null in kPaths mode = error)
 //   w.Finish(kind, mark, arity, node_data, custom, keys_begin)
@@ -126,7 +128,7 @@ inline bool DictSizeKept(PyObject* dict, size_t n, uint64_t epoch) {
 template <NodeKind kKind, class Walk, class Gather, class NodeDataOf>
 bool Mapping(Walk& w, PyObject* obj, const Registration* reg, Gather gather,
              NodeDataOf node_data_of) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     fastree::Items items;
@@ -244,7 +246,7 @@ bool NoneKind::Read(Walk& w, PyObject*, const Registration*) {
 // by field name). Out of line: its frame is paid only by tuple levels of a deep tree.
 template <class Walk>
 [[gnu::noinline]] bool TupleKind::ReadTuple(Walk& w, PyObject* obj, NodeKind kind) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     const Py_ssize_t n = PyTuple_GET_SIZE(obj);
@@ -312,7 +314,7 @@ bool NamedTupleKind::Read(Walk& w, PyObject* obj, const Registration*) {
 // during a walk gives one answer, JAX's (red-team round 3, finding 4; README, "Reliability").
 template <class Walk>
 bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     const Py_ssize_t n = PyList_GET_SIZE(obj);
@@ -344,7 +346,7 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
 
 template <class Walk>
 [[gnu::noinline]] bool DictKind::Read(Walk& w, PyObject* obj, const Registration*) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     fastree::Items items;
@@ -390,7 +392,7 @@ template <class Walk>
 
 template <class Walk>
 bool DataclassKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     const auto mark = w.Begin();
     Ref node_data;
@@ -414,7 +416,7 @@ bool DataclassKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
 
 template <class Walk>
 bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     attr::AttrNode* node = attr::AsNode(reg->attr_node);
     attr::Fields fields;  // every child read (owned) before any is visited: see attr_node.cpp
@@ -478,7 +480,7 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
 
 template <class Walk>
 bool CustomKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
-    RecursionGuard guard(kFlattenRecursionWhere);
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     // Which callback: key paths want keys (the registered with-keys function, or JAX's own for
     // JAX-only types); plain flattening prefers the cheaper keyless function.

@@ -138,7 +138,7 @@ class SinglePassMapper {
     // input (it is not walking it in JAX), has its remaining items taken from the copy made when
     // the walk reached it, as JAX's flatten-first order would have them.
     PyObject* MapSequence(PyObject* obj, bool is_list) {
-        RecursionGuard guard(kFlattenRecursionWhere);
+        RecursionGuard guard(thread_, kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Ref out;
         Py_ssize_t n;
@@ -179,7 +179,7 @@ class SinglePassMapper {
 
     // Plain dicts: the gathered items' values replaced in place, the dict rebuilt from them.
     PyObject* MapDict(PyObject* obj) {
-        RecursionGuard guard(kFlattenRecursionWhere);
+        RecursionGuard guard(thread_, kFlattenRecursionWhere);
         if (!guard.ok()) return nullptr;
         Items items;  // owned (key, value) pairs, in sorted-key order
         // Each value as jaxlib reads it: looked up again once a flatten callback (or a Python
@@ -242,6 +242,7 @@ class SinglePassMapper {
         size_t keys;
     };
     Mark Begin() const { return Mark{outputs_.size(), keys_.size()}; }
+    PyThreadState* Thread() const { return thread_; }
 
     // Inlined into each kind's Read, as the Flattener's Child is: as a call (GCC's choice for the
     // borrowed-child case of tuples and custom nodes), a custom-node model's tree_map ran 1.7%
@@ -349,6 +350,7 @@ class SinglePassMapper {
 
     PyObject* f_;     // borrowed
     PyObject* root_;  // borrowed: the tree being mapped
+    PyThreadState* const thread_ = PyThreadState_Get();  // for the recursion guards
     // f's exception, held while the walk looks for a flatten error that would win over it; Run
     // makes it current again.
     SavedError f_error_;
