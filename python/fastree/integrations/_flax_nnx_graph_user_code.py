@@ -46,6 +46,20 @@ def _library_function(fn: Any) -> bool:
     return isinstance(module, str) and module.partition(".")[0] in _LIBRARY_PACKAGES
 
 
+def library_class(cls: type) -> bool:
+    """Whether ``cls`` is a builtin, numpy's, or a class of the libraries above.
+
+    >>> import numpy as np
+    >>> library_class(dict), library_class(np.ndarray), library_class(type("Mine", (), {}))
+    (True, True, False)
+    """
+    module = getattr(cls, "__module__", None)
+    if not isinstance(module, str):
+        return False
+    top = module.partition(".")[0]
+    return top in _LIBRARY_PACKAGES or top in ("builtins", "numpy")
+
+
 def impl_runs_user_code(impl: Any) -> bool:
     """Whether a flax node impl (a dataclass of the node type's functions) holds a user's one."""
     if not dataclasses.is_dataclass(impl):

@@ -278,9 +278,21 @@ class _Graph(_CheckTables):
             self.generation = generation
 
     def fall_back(self, classes: list[type], why: str) -> None:
-        """Leaves ``classes`` to flax from now on, in every table."""
+        """Leaves ``classes``, the types a walk that differed from flax's met unchecked, to flax
+        from now on, in every table.
+
+        Where a user's classes are among them, those alone are blamed for the difference: the
+        builtins, numpy's, jax's and flax's own types met beside them (a process's first walk
+        meets list, dict, jax's array and flax's Variables) leave the tables unverified, so the
+        next walk that meets them checks them again, and they go to flax only after a difference
+        met among library types alone. Otherwise one odd class of a user's would leave every
+        later walk to flax. Every walk in between is still checked: its result is flax's
+        wherever the two differ.
+        """
+        blamed = [cls for cls in classes if not _user_code.library_class(cls)] or classes
         for cls in classes:
-            self.fallbacks[cls] = why
+            if cls in blamed:
+                self.fallbacks[cls] = why
             for table in (self.kinds, self.node_kinds, self.outer.kinds, self.outer.node_kinds):
                 table.pop(cls, None)
 
