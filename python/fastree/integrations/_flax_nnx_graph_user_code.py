@@ -50,7 +50,8 @@ def library_class(cls: type) -> bool:
     """Whether ``cls`` is a builtin, numpy's, or a class of the libraries above.
 
     >>> import numpy as np
-    >>> library_class(dict), library_class(np.ndarray), library_class(type("Mine", (), {}))
+    >>> Mine = type("Mine", (), {"__module__": "my_project.models"})
+    >>> library_class(dict), library_class(np.ndarray), library_class(Mine)
     (True, True, False)
     """
     module = getattr(cls, "__module__", None)
