@@ -74,9 +74,10 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> An
     namespace = dict(vars(graphlib))
     namespace["get_node_impl"] = get_node_impl
     for name in ("_graph_flatten", "flatten"):
+        # Module-level functions of the flax code the walks were written against (the gate
+        # checks it), so without closure cells.
         own = flax_flatten if name == "flatten" else getattr(graphlib, name)
-        copy = types.FunctionType(own.__code__, namespace, own.__name__, own.__defaults__,
-                                  own.__closure__)
+        copy = types.FunctionType(own.__code__, namespace, own.__name__, own.__defaults__)
         copy.__kwdefaults__ = own.__kwdefaults__
         namespace[name] = copy
     return namespace["flatten"]
