@@ -71,6 +71,15 @@ case "$CORE" in
     *) echo "error: imported $CORE instead of the sanitized build in $SITE" >&2; exit 1 ;;
 esac
 
+# ASan's instrumented frames are several times larger than a release build's, and the suite's
+# deepest walks are deep: importing flax.nnx (treescope) raises the recursion limit to 3000, and
+# a custom node that makes a fresh child on every flatten then nests 3000 levels, each a C++ walk
+# frame and a Python call. That overflowed the default 8 MiB main-thread stack under ASan, with
+# this code and with the previous stop's (tests/test_walkers.py, the endless custom node; the
+# release build walks 20,000 such levels in 8 MiB). The sanitized run gets 64 MiB where the hard
+# limit allows: stack overflows are not what this run looks for.
+ulimit -s 65536 2>/dev/null || ulimit -s "$(ulimit -Hs)" 2>/dev/null || true
+
 status=0
 # -p no:cacheprovider: the suite must not write .pytest_cache from a preloaded-ASan process.
 "$PYTHON" -m pytest -q -p no:cacheprovider "${@:-tests}" || status=$?
