@@ -13,7 +13,6 @@ that returns the native walk's results for that node, in the order they were mad
 native walk did not flatten (or flattened fewer times) gets its impl's own function. Nothing
 global is changed: other threads, and other walks on this one, see flax's module as it is.
 
->>> import types
 >>> class Impl:  # stands in for flax's frozen dataclasses
 ...     def __init__(self, flatten): self.flatten = flatten
 >>> calls = []
