@@ -13,15 +13,16 @@ that returns the native walk's results for that node, in the order they were mad
 native walk did not flatten (or flattened fewer times) gets its impl's own function. Nothing
 global is changed: other threads, and other walks on this one, see flax's module as it is.
 
->>> class Impl:  # stands in for flax's frozen dataclasses
-...     def __init__(self, flatten): self.flatten = flatten
+>>> import dataclasses
+>>> @dataclasses.dataclass(frozen=True)
+... class Impl:  # stands in for flax's frozen impl dataclasses
+...     flatten: object
 >>> calls = []
 >>> impl = Impl(lambda node: calls.append(node) or ([("a", 1)], None))
 >>> node = object()
->>> replayed = _replayed_impl(impl, node, [([("a", 2)], "native")],
-...                           replace=lambda impl, flatten: Impl(flatten))
->>> replayed.flatten(node), calls
-(([('a', 2)], 'native'), [])
+>>> replayed = _replayed_impl(impl, node, [([("a", 2)], "native")])
+>>> type(replayed) is Impl, replayed.flatten(node), calls
+(True, ([('a', 2)], 'native'), [])
 >>> replayed.flatten(node) == ([("a", 1)], None), len(calls)  # the results ran out
 (True, 1)
 """
@@ -30,12 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
 from typing import Any
 
 
-def _replayed_impl(impl: Any, node: Any, results: list[Any],
-                   replace: Callable[[Any, Any], Any]) -> Any:
+def _replayed_impl(impl: Any, node: Any, results: list[Any]) -> Any:
+    # A copy of flax's impl, of the same class (the walk tests `type(node_impl) is ...`).
     # `results` is consumed front to back, one per call on `node` (the native walk flattens a
     # pytree node met twice twice, as flax's does).
     own_flatten = impl.flatten
@@ -45,11 +45,6 @@ def _replayed_impl(impl: Any, node: Any, results: list[Any],
             return results.pop(0)
         return own_flatten(target)
 
-    return replace(impl, flatten)
-
-
-def _replace_flatten(impl: Any, flatten: Any) -> Any:
-    # A copy of flax's impl of the same class (the walk tests `type(node_impl) is ...`).
     return dataclasses.replace(impl, flatten=flatten)
 
 
@@ -58,7 +53,9 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> An
     ``get_node_impl`` replays ``called`` ([node, result, ...], a native walk's calls)."""
     if not called:
         return flax_flatten
-    results: dict[int, tuple[Any, list[Any]]] = {}  # id -> (the node, held; its results)
+    # id -> (the node, its results). The node is held here, so no other object takes its id
+    # while the walk runs: an id found is that node.
+    results: dict[int, tuple[Any, list[Any]]] = {}
     for node, result in zip(called[0::2], called[1::2]):
         results.setdefault(id(node), (node, []))[1].append(result)
     flax_get_node_impl = graphlib.get_node_impl
@@ -66,9 +63,9 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> An
     def get_node_impl(x: Any) -> Any:
         impl = flax_get_node_impl(x)
         entry = results.get(id(x))
-        if impl is None or entry is None or entry[0] is not x or not entry[1]:
+        if impl is None or entry is None or not entry[1]:
             return impl
-        return _replayed_impl(impl, x, entry[1], _replace_flatten)
+        return _replayed_impl(impl, x, entry[1])
 
     namespace = dict(vars(graphlib))
     namespace["get_node_impl"] = get_node_impl

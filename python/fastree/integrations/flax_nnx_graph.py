@@ -126,19 +126,20 @@ class _CheckTables:
         self.verified_nodes: set[type] = set()
 
     def classify(self, cls: type) -> tuple[int, Any, Any]:
-        graph = self.graph
-        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._kind(cls)
-        self.kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified:
-            self.pending.append(cls)
-        return entry
+        return self._record(cls, self.graph._kind, self.kinds, self.verified, self.pending)
 
     def classify_node_type(self, cls: type) -> tuple[int, Any, Any]:
-        graph = self.graph
-        entry = (UNSERVED, None, None) if cls in graph.fallbacks else graph._node_kind(cls)
-        self.node_kinds[cls] = entry
-        if entry[0] not in _CALLS_ITS_OWN and cls not in self.verified_nodes:
-            self.pending_nodes.append(cls)
+        return self._record(cls, self.graph._node_kind, self.node_kinds, self.verified_nodes,
+                            self.pending_nodes)
+
+    def _record(self, cls: type, kind_of: Any, table: dict[type, Any], verified: set[type],
+                pending: list[type]) -> tuple[int, Any, Any]:
+        # `cls`'s entry (unserved once it is left to flax), stored in `table`; pending until a
+        # compared walk has met it, unless flax's own function runs for it anyway.
+        entry = (UNSERVED, None, None) if cls in self.graph.fallbacks else kind_of(cls)
+        table[cls] = entry
+        if entry[0] not in _CALLS_ITS_OWN and cls not in verified:
+            pending.append(cls)
         return entry
 
     def forget_pending(self) -> None:
@@ -296,7 +297,6 @@ class _Graph(_CheckTables):
             for table in (self.kinds, self.node_kinds, self.outer.kinds, self.outer.node_kinds):
                 table.pop(cls, None)
 
-
     def learn_state_aux(self, treedef: Any) -> Any:
         # The (initializing, is_setup) aux data of a treedef that is one PytreeState node with no
         # children (what _flatten_pytree makes for one), or None; kept by the treedef's id.
@@ -316,7 +316,6 @@ class _Graph(_CheckTables):
             states.clear()
         states[id(treedef)] = (treedef, aux)
         return aux
-
 
     def _node_kind(self, cls: type) -> tuple[int, Any, Any]:
         # graphlib.get_node_impl_for_type's order: GenericPytree, PYTREE_REGISTRY, GRAPH_REGISTRY;
