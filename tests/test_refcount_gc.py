@@ -328,3 +328,36 @@ def test_dict_rebuild_failure_releases_every_child(failing, op):
     keys[failing].fail = False
     gc.collect()
     assert _refcounts(leaves + keys) == before
+
+
+def _runtime_str(i):
+    # Built at run time, so not interned: its reference count is the dict's and ours alone.
+    return "".join(["key", "-", str(i)])
+
+
+def test_leaves_of_dicts_of_plain_leaves_keep_reference_counts():
+    # tree_leaves takes a dict of plain leaves without referencing its keys (kinds_read.h,
+    # DictKind::Read): every key's count must come back unchanged, every value's must go up by
+    # one per returned list, and the order must be JAX's (sorted keys).
+    from fastree.jax_interop.compat import tree_util as jax_tu
+
+    str_keys = [_runtime_str(i) for i in (3, 1, 2)]
+    int_keys = [10**6 + i for i in (9, 7, 8)]
+    values = [Obj(i) for i in range(8)]
+    tree = {
+        "strs": dict(zip(str_keys, values[:3])),
+        "ints": dict(zip(int_keys, values[3:6])),
+        "mixed": {"b": values[6], "a": {"only": values[7]}, "c": None},
+        "empty": {},
+    }
+    watched_keys = str_keys + int_keys
+    tu.tree_leaves(tree)
+    gc.collect()
+    keys_before, values_before = _refcounts(watched_keys), _refcounts(values)
+    held = [tu.tree_leaves(tree) for _ in range(ITERATIONS)]
+    assert _refcounts(watched_keys) == keys_before
+    assert _refcounts(values) == [n + ITERATIONS for n in values_before]
+    assert held[0] == jax_tu.tree_leaves(tree)
+    del held
+    gc.collect()
+    assert _refcounts(values) == values_before

@@ -45,6 +45,9 @@ class Items : public SmallVector<Item, 8> {
         }
         clear();
     }
+
+    // Empties the vector without releasing anything: its pairs were borrowed, or handed on.
+    void Forget() { clear(); }
 };
 
 inline void ReleaseItems(Items& items, size_t from) { items.Release(from); }
@@ -118,21 +121,22 @@ inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error, boo
     return true;
 }
 
-// `wrap_error`, `read_again`: see SortItemsByPython. On failure `items` is left empty.
-inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
-                            bool read_again = true) {
+// A dict's (key, value) pairs, borrowed, in sorted-key order where the keys sort in C (str or
+// int keys: SortTotalOrderKeys); otherwise in the dict's order, for the caller to sort in Python.
+// False, with an error set and `items` left empty, if the gathering failed.
+//
+// Borrowed: PyDict_Next, the C comparisons of SortTotalOrderKeys and C++ allocation run no
+// Python code (C++ allocation cannot start the cyclic GC). The caller owns or drops the pairs
+// before anything that can (TakeGatheredItems, or Forget where it handed the values on itself).
+// Every value's cache miss is requested up front, so they overlap. Should anything throw, the
+// entries are nulled first, since nothing has been taken yet.
+// Sized once (it may throw while still empty), then written in place: per-item push_back was a
+// measurable share of flattening parameter dicts. PyDict_Next yields exactly PyDict_GET_SIZE
+// entries, since nothing here can change the dict; the bound is belt and braces.
+inline bool GatherBorrowedItems(PyObject* dict, Items& items, bool* sorted) {
     PyObject* key;
     PyObject* value;
     Py_ssize_t pos = 0;
-    // Borrowed while gathering and, for str or int keys, while sorting: PyDict_Next, the C
-    // comparisons of SortTotalOrderKeys and C++ allocation run no Python code (C++ allocation
-    // cannot start the cyclic GC). Every value's cache miss is requested up front, so they
-    // overlap; the references are taken once all are in flight. Should anything throw before
-    // then, the entries are nulled first, since nothing has been taken yet.
-    // Sized once (it may throw while still empty), then written in place: per-item push_back
-    // was a measurable share of flattening parameter dicts. PyDict_Next yields exactly
-    // PyDict_GET_SIZE entries, since nothing here can change the dict; the bound is belt and
-    // braces.
     const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
     items.ResizeForOverwrite(n);
     Item* const first = items.begin();
@@ -144,32 +148,37 @@ inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true
         ++count;
     }
     if (count != n) {  // cannot happen; never sort or release unset entries
-        for (size_t i = 0; i < n; ++i) first[i] = Item{nullptr, nullptr};
-        items.clear();
+        items.Forget();
         PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
         return false;
     }
-    bool sorted;
     try {
         auto key_of = [](const Item& item) { return item.key; };
-        sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
+        *sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {
-        for (Item& item : items) item = Item{nullptr, nullptr};
+        items.Forget();
         throw;
     }
-    if (sorted) {
-        for (Item& item : items) {
-            Py_INCREF(item.key);
-            Py_INCREF(item.value);
-        }
-        return true;
-    }
-    // Keys compared by Python's `<`: owned first, since the comparisons run Python code.
+    return true;
+}
+
+// Takes a reference to every pair GatherBorrowedItems left borrowed.
+inline void OwnGatheredItems(Items& items) {
     for (Item& item : items) {
         Py_INCREF(item.key);
         Py_INCREF(item.value);
     }
-    if (!SortItemsByPython(dict, items, wrap_error, read_again)) {
+}
+
+// Owned pairs, sorted as JAX sorts a dict's keys. `wrap_error`, `read_again`: see
+// SortItemsByPython. On failure `items` is left empty.
+inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
+                            bool read_again = true) {
+    bool sorted;
+    if (!GatherBorrowedItems(dict, items, &sorted)) return false;
+    // Keys compared by Python's `<` are owned before that runs Python code.
+    OwnGatheredItems(items);
+    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
         ReleaseItems(items, 0);
         return false;
     }

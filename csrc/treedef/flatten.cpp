@@ -133,6 +133,31 @@ class Flattener {
         return true;
     }
 
+    // Whether visiting a plain leaf does nothing but append it: no is_leaf to call, no treedef
+    // or key path to extend, no one-level cut (read by tree_leaves' dicts, kinds_read.h).
+    bool BareLeaves() const { return !kDef && !kPaths && is_leaf_ == nullptr && !one_level_; }
+
+    // Appends the values of borrowed (key, value) pairs, each a plain leaf, as new references,
+    // and empties `items` (BareLeaves walks only). The space is made first: what may throw
+    // (std::bad_alloc) throws before any reference is taken.
+    bool AddPlainLeaves(Items& items) {
+        const size_t n = items.size();
+        const size_t size = leaves_->size();
+        if (leaves_->capacity() - size < n) {
+            // Grown geometrically, as push_back would: reserving just `n` more per dict would
+            // copy the whole list on every dict.
+            try {
+                leaves_->reserve(std::max(size + n, 2 * leaves_->capacity()));
+            } catch (...) {
+                items.Forget();  // borrowed: nothing to release
+                throw;
+            }
+        }
+        for (const Item& item : items) leaves_->push_back(Py_NewRef(item.value));
+        items.Forget();
+        return true;
+    }
+
     // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. The
     // items keep their keys too: Values makes each one's key entry, or reads its value again.
     Py_ssize_t TakeDictKeys(Items& items) {

@@ -97,6 +97,15 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
     return true;
 }
 
+// Whether every gathered value is a leaf whose visit runs no Python code (a type already
+// classified as a plain leaf: no registration to look up, no warning to give).
+inline bool AllPlainLeaves(fastree::Items& items) {
+    for (const Item& item : items) {
+        if (registry::ClassifyCached(item.value) != &registry::kLeaf) return false;
+    }
+    return true;
+}
+
 // Whether a dict still has the `n` keys it had when the walk reached it; a RuntimeError if not,
 // where the installed JAX rejects such a dict (JaxTexts::dict_grown_mid_walk_raises). jaxlib up
 // to 0.10 records a dict's size after walking its values, so a callback that added keys to it
@@ -351,7 +360,28 @@ template <class Walk>
     const auto mark = w.Begin();
     fastree::Items items;
     const uint64_t epoch = UserCodeEpoch();  // before a Python key sort can move it
-    if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) return false;
+    if constexpr (!Walk::kDef && !Walk::kPaths) {
+        // tree_leaves: a dict whose values are all plain leaves (a layer's kernel and bias) adds
+        // them and is done, its keys never referenced: visiting a plain leaf with no is_leaf runs
+        // no Python code, so nothing can change the dict before the last value is taken. Two
+        // reference-count updates per key were most of tree_leaves' distance from the minimal C
+        // walk (../shared/floor) on a transformer's parameters.
+        if (w.BareLeaves()) {
+            bool sorted;
+            if (!GatherBorrowedItems(obj, items, &sorted)) return false;
+            if (sorted && read::AllPlainLeaves(items)) return w.AddPlainLeaves(items);
+            OwnGatheredItems(items);  // anything else: the general path below, on owned pairs
+            if (!sorted && !SortItemsByPython(obj, items, /*wrap_error=*/true,
+                                              /*read_again=*/false)) {
+                ReleaseItems(items, 0);
+                return false;
+            }
+        } else if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) {
+            return false;
+        }
+    } else if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) {
+        return false;
+    }
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     if constexpr (Walk::kPaths) {
         if (!read::ReserveDictKeys(items)) return false;
