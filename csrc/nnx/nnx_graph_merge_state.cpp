@@ -63,6 +63,10 @@ class Gather {
             const int got = items.Next(&k, &v);
             if (got < 0) return kFailed;
             if (got == 0) return kServed;
+            // A key other than str or int (a user's class, whose __hash__ and __eq__ flax's
+            // function runs as its dict handling does): flax's function, so that they run as
+            // often as without fastree.
+            if (!PyUnicode_CheckExact(k.get()) && !PyLong_CheckExact(k.get())) return kNotServed;
             PushOwned(path_, k.release());
             Step step = Value(v.get());
             Py_DECREF(path_.back());

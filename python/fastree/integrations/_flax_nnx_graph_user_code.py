@@ -21,13 +21,14 @@ Nothing here calls a user's function: the walks below stop at a node that would.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import types
 from typing import Any
 
 from ..jax_interop import compat as _jax_compat
-from ._flax_nnx_graph_kinds import CALLS_ITS_OWN, DICT, LIST, NNX_PYTREE, TUPLE
+from ._flax_nnx_graph_kinds import CALLS_ITS_OWN, DICT, LIST, NNX_PYTREE, TUPLE, UNSERVED
 
 _LIBRARY_PACKAGES = frozenset({"flax", "jax", "jaxlib", "optax", "equinox", "chex", "fastree"})
 _C_FUNCTIONS = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
@@ -59,6 +60,43 @@ def library_class(cls: type) -> bool:
         return False
     top = module.partition(".")[0]
     return top in _LIBRARY_PACKAGES or top in ("builtins", "numpy")
+
+
+# The hooks every attribute read or write of an instance goes through, where a class defines them.
+_ATTRIBUTE_HOOKS = ("__getattribute__", "__getattr__", "__setattr__", "__delattr__")
+
+
+def attribute_hooks_run_user_code(cls: type) -> bool:
+    """Whether reading or writing an attribute of a ``cls`` instance runs a user's function: a
+    ``__getattribute__``, ``__getattr__``, ``__setattr__`` or ``__delattr__`` of the user's
+    anywhere in its MRO. flax's graph walks read a Pytree's attributes (``vars(node)``,
+    ``node._pytree__nodes``) and set them through these hooks; a walk that does so natively
+    calls them as often as flax does only when they are library code.
+
+    >>> class Plain: pass
+    >>> class Logged:
+    ...     def __getattribute__(self, name):
+    ...         return object.__getattribute__(self, name)
+    >>> Logged.__getattribute__.__module__ = "my_project.models"
+    >>> attribute_hooks_run_user_code(Plain), attribute_hooks_run_user_code(Logged)
+    (False, True)
+    """
+    for name in _ATTRIBUTE_HOOKS:
+        for klass in cls.__mro__:
+            hook = vars(klass).get(name)
+            if hook is not None:
+                if not _library_function(hook):
+                    return True
+                break  # the one lookup finds
+    return False
+
+
+def _key_runs_user_code(key: Any) -> bool:
+    # A dict key whose hash, == or < is a user's (a key of a user's class, or a tuple holding
+    # one): flax's dict handling runs them, a native walk a different number of times.
+    if type(key) is tuple:
+        return any(_key_runs_user_code(item) for item in key)
+    return not library_class(type(key))
 
 
 def impl_runs_user_code(impl: Any) -> bool:
@@ -122,7 +160,9 @@ def in_graphdef(graph: Any, graphdef: Any) -> bool:
         kind, impl, _ = graph.node_kind_of(cls)
         if kind in CALLS_ITS_OWN and impl is not None and impl_runs_user_code(impl):
             return True
-    return False
+        if kind == UNSERVED and not library_class(cls):
+            return True  # a user's class left to flax (a Variable with its own accessors)
+    return any(_key_runs_user_code(key) for key, _ in getattr(graphdef, "attributes", ()))
 
 
 @_or_true_on_error
@@ -147,7 +187,13 @@ def in_graph(graph: Any, root: Any) -> bool:
         elif kind in (LIST, TUPLE):
             stack.extend(obj)
         elif kind == DICT:
+            if any(_key_runs_user_code(key) for key in obj):
+                return True
             stack.extend(obj.values())
+        elif kind == UNSERVED and not library_class(type(obj)):
+            # A user's class the native walks leave to flax (a Variable with its own accessors,
+            # a Pytree with its own attribute hooks): flax's walk calls its methods.
+            return True
         elif kind in CALLS_ITS_OWN and impl is not None:
             if impl_runs_user_code(impl):
                 return True
@@ -160,4 +206,23 @@ def in_graph(graph: Any, root: Any) -> bool:
             else:
                 items, _ = impl.flatten(obj)  # library code (checked above)
                 stack.extend(value for _, value in items)
+    return False
+
+
+@_or_true_on_error
+def in_states(graph: Any, states: Any) -> bool:
+    """Whether flax's ``_merge_to_flat_state`` over ``states`` runs a user's function: a dict or
+    State key of a user's class, whose hash and ``==`` its dict handling calls. Reads the
+    mappings' items only (library code); each mapping once."""
+    seen: dict[int, Any] = {}  # id -> the object, held so that no id is reused meanwhile
+    stack = list(states)
+    while stack:
+        obj = stack.pop()
+        if not issubclass(type(obj), collections.abc.Mapping) or id(obj) in seen:
+            continue
+        seen[id(obj)] = obj
+        for key, value in obj.items():
+            if _key_runs_user_code(key):
+                return True
+            stack.append(value)
     return False

@@ -255,6 +255,9 @@ class _Graph(_CheckTables):
         # root type's update could not decide (_checked_update).
         self.verified_updates: set[type] = set()
         self.undecided_updates: dict[type, int] = {}
+        # Root node types whose updates are flax's after undecided checks: type -> reason. Their
+        # own table: an update that could not be judged says nothing of a split or merge.
+        self.update_fallbacks: dict[type, str] = {}
         self.index_map = graphlib.IndexMap
         self.unserved_types = self._unserved_types() + tuple(
             getattr(graphlib, name) for name in ("NoUpdate", "Repeated", "ArrayRefOutput")
@@ -338,6 +341,8 @@ class _Graph(_CheckTables):
                 return (PYTREE_NODE, impl, cls)
             rebuild = (impl.create_empty, impl.clear, impl.init)
             if all(ours is theirs for ours, theirs in zip(rebuild, self.pytree_graph_rebuild)):
+                if _user_code.attribute_hooks_run_user_code(cls):
+                    return unserved  # see _kind
                 return (NNX_PYTREE, impl, cls)
             return (GRAPH_NODE, impl, cls)
         if isinstance(cls, type) and issubclass(cls, self.variable):
@@ -370,6 +375,10 @@ class _Graph(_CheckTables):
             if type(impl) is not graphlib.GraphNodeImpl:
                 return (PYTREE_NODE, impl, impl.type)
             if impl.flatten is self.pytree_graph_flatten:
+                if _user_code.attribute_hooks_run_user_code(cls):
+                    # A Pytree whose attribute reads or writes run a user's hook: flax's walks
+                    # call it per read, which a native walk would not match call for call.
+                    return unserved
                 return (NNX_PYTREE, impl, impl.type)
             return (GRAPH_NODE, impl, impl.type)
         impl = graphlib.PYTREE_REGISTRY.get(cls)
@@ -525,8 +534,13 @@ def _walk_done(graph: _Graph) -> None:
     # The last native walk under way has ended: whatever it met and did not check (it raised,
     # or handed the call to flax) is classified again, and so checked, by the next walk.
     graph.walking -= 1
-    if graph.walking == 0 and (graph.pending or graph.pending_nodes):
-        graph.forget_pending()
+    if graph.walking == 0:
+        # The outer tables' too: a merge into the caller's objects that was not served (a type
+        # left to flax) would otherwise leave its types pending, and every later such merge
+        # would run the check again.
+        for checks in (graph, graph.outer):
+            if checks.pending or checks.pending_nodes:
+                checks.forget_pending()
 
 
 def _code_replaced(graph: _Graph) -> bool:
@@ -549,7 +563,8 @@ def fallback_reason(cls: type) -> str | None:
 
 def status() -> dict[str, str]:
     """How flax's graph-mode functions run: ``"native"``, or ``"flax: <why>"``, per function;
-    and per type left to flax after a difference, why.
+    and per type left to flax after a difference, why (``"flax (updates): <why>"`` where only
+    its updates are).
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
@@ -565,6 +580,8 @@ def status() -> dict[str, str]:
     for name, reason in graph.function_fallbacks.items():
         if name != "code":
             out[name] = f"flax: {reason}"
+    for cls, reason in graph.update_fallbacks.items():
+        out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax (updates): {reason}"
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
@@ -855,6 +872,7 @@ def _make_update(graph: _Graph) -> Any:
             getattr(_updating, "active", False)
             or getattr(_updating, "checking", False)
             or root in graph.fallbacks
+            or root in graph.update_fallbacks
             or _code_replaced(graph)
         ):
             return flax_update(node, state)
@@ -895,7 +913,7 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
         count = graph.undecided_updates.get(root, 0) + 1
         graph.undecided_updates[root] = count
         if count >= _UNDECIDED_LIMIT:
-            graph.fallbacks[root] = (
+            graph.update_fallbacks[root] = (
                 "its graph holds nodes whose own functions a check would run again" if user_code
                 else f"the first {count} updates' checks could not decide")
         return False
@@ -956,6 +974,10 @@ def _make_merge_leaves(graph: _Graph) -> Any:
             if leaves is not None:
                 if graph.merge_checked:
                     return leaves
+                if _user_code.in_states(graph, states):
+                    # A second run would hash a user's keys again: flax's alone, and the check
+                    # waits for states without such keys.
+                    return flax_merge_leaves(states)
                 # The first served call: flax's function too, and the same leaves, or flax's
                 # function from then on.
                 theirs = flax_merge_leaves(states)
