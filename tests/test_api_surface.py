@@ -188,6 +188,7 @@ def test_import_is_warning_free(stmt):
         "fastree.integrations",
         "fastree.integrations._flax_nnx_graph_replay",
         "fastree.integrations._flax_nnx_graph_user_code",
+        "fastree.integrations._flax_nnx_graph_kinds",
     ],
 )
 def test_docstring_examples(module):

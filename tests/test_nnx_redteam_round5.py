@@ -112,6 +112,37 @@ def test_split_keeps_no_static_value_or_metadata_alive() -> None:
     assert same_outcome(RECORDS_KEPT) == [0, 0]
 
 
+# The kind tables held every class a walk met: leaf classes made one after another (a model's
+# data of a class made per model) stayed alive for the process, each with what it holds.
+CLASSES_KEPT = r"""
+import gc, json, weakref
+import jax.numpy as jnp
+from flax import nnx
+
+class Holder(nnx.Module):
+    def __init__(self, leaf):
+        self.leaf = nnx.data(leaf)  # a data leaf: its class is classified
+        self.w = nnx.Param(jnp.ones(1))
+
+refs = []
+for i in range(20):
+    Leaf = type(f"Leaf{i}", (), {"payload": bytearray(1 << 20)})
+    m = Holder(Leaf())
+    graphdef, state = nnx.split(m)
+    nnx.merge(graphdef, state)
+    nnx.update(m, state)
+    nnx.state(m)
+    refs.append(weakref.ref(Leaf))
+    del Leaf, m, graphdef, state
+gc.collect()
+print(json.dumps(sum(r() is not None for r in refs)))
+"""
+
+
+def test_walks_keep_no_class_alive() -> None:
+    assert same_outcome(CLASSES_KEPT) == 0
+
+
 # (d) Two splits of one module returned the same records, so a VariableDef's metadata mapping
 # (a HashableMapping around a dict) was one object in two GraphDefs that flax makes distinct.
 RECORDS_SHARED = r"""

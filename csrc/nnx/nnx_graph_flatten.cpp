@@ -400,7 +400,7 @@ PyObject* Flatten(PyObject* node, bool with_paths, PyObject* ref_mapping, PyObje
     if (!PyDict_CheckExact(ref_mapping) ||
         (outer_mapping != Py_None && !PyDict_CheckExact(outer_mapping)) ||
         !PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != kContextSize ||
-        !PyDict_CheckExact(PyTuple_GET_ITEM(context, kKinds))) {
+        !PyDict_Check(PyTuple_GET_ITEM(context, kKinds))) {
         PyErr_SetString(PyExc_TypeError,
                         "nnx_graph_flatten(node, with_paths, ref_mapping: dict, outer_mapping: "
                         "dict | None, context: tuple)");

@@ -75,9 +75,18 @@ inline Ref CheckedEntry(Ref entry) {
 // `classify` fills), asking `classify` on a miss, or where the class changed since its entry
 // was made. Null with an error set.
 inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
-    // A new reference at once: the table is a dict the classifier (Python) writes to.
-    Ref entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, key));
-    if (!entry && PyErr_Occurred()) return Ref();
+    // The table holds each type by its canonical weak reference (the Python side's TypeTable,
+    // _flax_nnx_graph_kinds.py), so that it keeps no class alive that flax would let go; while
+    // it does, PyWeakref_NewRef hands back that same object, with no allocation. A key that is
+    // no type (a record naming something else) has no entry: it is classified at each meeting.
+    Ref entry;
+    if (PyType_Check(key)) {
+        Ref weak_key(PyWeakref_NewRef(key, nullptr));
+        if (!weak_key) return Ref();
+        // A new reference at once: the table is a dict the classifier (Python) writes to.
+        entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, weak_key.get()));
+        if (!entry && PyErr_Occurred()) return Ref();
+    }
     // A type no one can change (int, str, numpy's and jax's arrays: Py_TPFLAGS_IMMUTABLETYPE)
     // keeps its entry without a look at its version: most lookups are of such leaf types.
     if (entry && PyType_Check(key) &&

@@ -33,6 +33,7 @@ import functools
 import inspect
 import sys
 import threading
+import weakref
 from typing import Any
 
 from .. import _core
@@ -56,6 +57,7 @@ from ._flax_nnx_graph_kinds import (
     TUPLE,
     UNSERVED,
     VARIABLE,
+    TypeTable,
 )
 
 _GRAPHLIB = "flax.nnx.graphlib"
@@ -118,12 +120,14 @@ class _CheckTables:
     def __init__(self, graph: _Graph) -> None:
         # The graph whose classification and fallbacks these tables use (itself, for its own).
         self.graph = graph
-        self.kinds: dict[type, tuple[int, Any, Any]] = {}
-        self.node_kinds: dict[type, tuple[int, Any, Any]] = {}
+        # No table here keeps a type alive (TypeTable, weak sets): flax lets a class go once
+        # nothing uses it. The pending lists hold the types of the walk under way only.
+        self.kinds: TypeTable = TypeTable()
+        self.node_kinds: TypeTable = TypeTable()
         self.pending: list[type] = []
-        self.verified: set[type] = set()
+        self.verified: weakref.WeakSet[type] = weakref.WeakSet()
         self.pending_nodes: list[type] = []
-        self.verified_nodes: set[type] = set()
+        self.verified_nodes: weakref.WeakSet[type] = weakref.WeakSet()
 
     def classify(self, cls: type) -> tuple[int, Any, Any]:
         return self._record(cls, self.graph._kind, self.kinds, self.verified, self.pending)
@@ -186,7 +190,7 @@ class _Graph(_CheckTables):
         # Native flatten/unflatten calls under way (nested ones included): _walk_in_progress.
         self.walking = 0
         # Types left to flax after a difference: type -> reason.
-        self.fallbacks: dict[type, str] = {}
+        self.fallbacks: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
         # (initializing, is_setup) -> the IndexesPytreeDef flax made for a PytreeState with them.
         self.state_treedefs: dict[tuple[Any, Any], Any] = {}
         self.context = _context(_core.NNX_GRAPH_CONTEXT, {
@@ -253,11 +257,15 @@ class _Graph(_CheckTables):
         self.watch: _mirrored_code.Watch = _mirrored_code.Watch(())
         # Root node types whose first update was compared with flax's; and how many checks of a
         # root type's update could not decide (_checked_update).
-        self.verified_updates: set[type] = set()
-        self.undecided_updates: dict[type, int] = {}
+        self.verified_updates: weakref.WeakSet[type] = weakref.WeakSet()
+        self.undecided_updates: weakref.WeakKeyDictionary[type, int] = (
+            weakref.WeakKeyDictionary())
         # Root node types whose updates are flax's after undecided checks: type -> reason. Their
         # own table: an update that could not be judged says nothing of a split or merge.
-        self.update_fallbacks: dict[type, str] = {}
+        self.update_fallbacks: weakref.WeakKeyDictionary[type, str] = (
+            weakref.WeakKeyDictionary())
+        # The size of the kind tables at which the entries of types that died are dropped.
+        self.prune_at = 256
         self.index_map = graphlib.IndexMap
         self.unserved_types = self._unserved_types() + tuple(
             getattr(graphlib, name) for name in ("NoUpdate", "Repeated", "ArrayRefOutput")
@@ -274,12 +282,17 @@ class _Graph(_CheckTables):
         graphlib = self.graphlib
         generation = (len(graphlib.GRAPH_REGISTRY), len(graphlib.PYTREE_REGISTRY),
                       len(graphlib.JAX_PYTREE_REGISTRY))
+        tables = (self.kinds, self.node_kinds, self.outer.kinds, self.outer.node_kinds)
         if generation != self.generation:
-            self.kinds.clear()
-            self.node_kinds.clear()
-            self.outer.kinds.clear()
-            self.outer.node_kinds.clear()
+            for table in tables:
+                table.clear()
             self.generation = generation
+        elif sum(len(table) for table in tables) >= self.prune_at:
+            # Between walks (the C walks count entries during one): classes made and dropped
+            # one after another leave entries of dead types, dropped here in amortised O(1).
+            for table in tables:
+                table.prune()
+            self.prune_at = max(256, 2 * sum(len(table) for table in tables))
 
     def fall_back(self, classes: list[type], why: str) -> None:
         """Leaves ``classes``, the types a walk that differed from flax's met unchecked, to flax
