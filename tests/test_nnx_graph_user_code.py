@@ -149,3 +149,67 @@ def test_library_only_graphs_are_still_checked_and_native():
     assert result["verified_updates"] >= 1
     assert all(v == "native" for v in result["status"].values()), result["status"]
 
+
+
+# A user's flatten that edits a part of the graph the walk has already passed: flax's walk never
+# sees the edit during that split, and the first split's check (flax's walk replayed after the
+# native one) must not either: it stops where it would call a user's flatten the native walk
+# never called, and the native walk's result, flax's own, stands.
+_EDITS_THE_WALKED_PART = r"""
+import json, sys
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx import graphlib
+
+log = []
+
+class Early:
+    def __init__(self, tag):
+        self.tag = tag
+        self.w = nnx.Param(jnp.ones(2))
+
+def early_flatten(e):
+    log.append("early.flatten " + e.tag)
+    if e.tag == "replacement" and sys.argv[1] == "raises":
+        raise RuntimeError("the replacement's flatten")
+    return [("w", e.w)], e.tag
+
+class Late:
+    def __init__(self):
+        self.p = nnx.Param(jnp.zeros(1))
+
+def late_flatten(node):
+    log.append("late.flatten")
+    model.a_early = Early("replacement")  # walked already: attribute "a_early" sorts first
+    return [("p", node.p)], None
+
+for cls, flatten in ((Early, early_flatten), (Late, late_flatten)):
+    graphlib.register_graph_node_type(
+        cls, flatten, lambda n, k, v: setattr(n, k, v), lambda n, k: n.__dict__.pop(k),
+        lambda aux, cls=cls: cls.__new__(cls), lambda n: n.__dict__.clear(),
+        lambda n, items: [setattr(n, k, v) for k, v in items])
+
+class Model(nnx.Module):
+    def __init__(self):
+        self.a_early = nnx.data(Early("original"))
+        self.z_late = nnx.data(Late())
+
+model = Model()
+out = []
+for _ in range(2):
+    log.clear()
+    try:
+        graphdef, _ = nnx.split(model)
+        tags = [n.metadata for n in graphdef.nodes if getattr(n, "type", None) is Early]
+        out.append(["ok", tags, list(log)])
+    except Exception as e:
+        out.append(["error", type(e).__name__, str(e), list(log)])
+print(json.dumps(out))
+"""
+
+
+def test_a_flatten_editing_the_walked_part_is_seen_as_under_flax():
+    for variant in ("plain", "raises"):
+        plain = run_json_program(_EDITS_THE_WALKED_PART, False, variant)
+        assert plain[0][0] == "ok"  # the program does reach the edit, and flax ignores it
+        assert run_json_program(_EDITS_THE_WALKED_PART, True, variant) == plain

@@ -10,7 +10,8 @@ functions) it is a second call that counts, allocates or logs, which flax alone 
 So flax's function runs here as it is (its own code objects) over a namespace in which
 ``get_node_impl`` hands out, for each node the native walk flattened, the impl with a ``flatten``
 that returns the native walk's results for that node, in the order they were made. A node the
-native walk did not flatten (or flattened fewer times) gets its impl's own function. Nothing
+native walk did not flatten (or flattened fewer times) gets its impl's own function; a check's
+replay is strict there, and stops (:class:`Diverged`) rather than call a user's function. Nothing
 global is changed: other threads, and other walks on this one, see flax's module as it is.
 
 >>> import dataclasses
@@ -25,6 +26,12 @@ global is changed: other threads, and other walks on this one, see flax's module
 (True, ([('a', 2)], 'native'), [])
 >>> replayed.flatten(node) == ([("a", 1)], None), len(calls)  # the results ran out
 (True, 1)
+>>> strict = _replayed_impl(impl, node, [], user_code=lambda impl, target: True)
+>>> try:
+...     strict.flatten(node)
+... except Diverged:
+...     print("Diverged, and still", len(calls), "call")
+Diverged, and still 1 call
 """
 
 from __future__ import annotations
@@ -34,24 +41,40 @@ import types
 from typing import Any
 
 
-def _replayed_impl(impl: Any, node: Any, results: list[Any]) -> Any:
+class Diverged(Exception):
+    """flax's replayed walk reached a node the native walk never flattened, whose flatten is a
+    user's: the graph changed under the native walk (a user's flatten edited a part already
+    walked), and that call would be one flax alone never makes. Raised instead of making it."""
+
+
+def _replayed_impl(impl: Any, node: Any, results: list[Any], user_code: Any = None) -> Any:
     # A copy of flax's impl, of the same class (the walk tests `type(node_impl) is ...`).
     # `results` is consumed front to back, one per call on `node` (the native walk flattens a
-    # pytree node met twice twice, as flax's does).
+    # pytree node met twice twice, as flax's does). `user_code(impl, node)`, where given: whether
+    # a call beyond the results would run a user's function (then Diverged).
     own_flatten = impl.flatten
 
     def flatten(target: Any) -> Any:
         if target is node and results:
             return results.pop(0)
+        if user_code is not None and user_code(impl, target):
+            raise Diverged
         return own_flatten(target)
 
     return dataclasses.replace(impl, flatten=flatten)
 
 
-def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> Any:
+def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any],
+                      user_code: Any = None) -> Any:
     """``flax_flatten`` (graphlib's own ``flatten``) run over a namespace whose
-    ``get_node_impl`` replays ``called`` ([node, result, ...], a native walk's calls)."""
+    ``get_node_impl`` replays ``called`` ([node, result, ...], a native walk's calls).
+
+    ``user_code(impl, node)``, where given, makes the replay strict: a node flattened beyond
+    what the native walk recorded, by a user's function, raises :class:`Diverged` rather than
+    run it."""
     if not called:
+        # No node function ran in the native walk: nothing to replay, and no user's code that
+        # could have changed the graph since.
         return flax_flatten
     # id -> (the node, its results). The node is held here, so no other object takes its id
     # while the walk runs: an id found is that node.
@@ -62,10 +85,12 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any]) -> An
 
     def get_node_impl(x: Any) -> Any:
         impl = flax_get_node_impl(x)
-        entry = results.get(id(x))
-        if impl is None or entry is None or not entry[1]:
+        if impl is None:
             return impl
-        return _replayed_impl(impl, x, entry[1])
+        entry = results.get(id(x))
+        if entry is None or not entry[1]:
+            return impl if user_code is None else _replayed_impl(impl, x, [], user_code)
+        return _replayed_impl(impl, x, entry[1], user_code)
 
     namespace = dict(vars(graphlib))
     namespace["get_node_impl"] = get_node_impl

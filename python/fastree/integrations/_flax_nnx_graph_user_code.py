@@ -142,6 +142,15 @@ def _or_true_on_error(scan: Any) -> Any:
     return guarded
 
 
+def flatten_runs_user_code(graph: Any, impl: Any, node: Any) -> bool:
+    """Whether ``impl.flatten(node)`` (a flax node impl's) runs a user's function: the impl
+    holds one, or it is flax's generic pytree impl over a jax pytree registered with one."""
+    if impl_runs_user_code(impl):
+        return True
+    generic_impl = getattr(graph.graphlib, "PYTREE_NODE_IMPL", None)
+    return impl is generic_impl and jax_node_runs_user_code(type(node))
+
+
 @_or_true_on_error
 def in_graphdef(graph: Any, graphdef: Any) -> bool:
     """Whether rebuilding ``graphdef`` (flax's unflatten) runs a user's function: a node type

@@ -666,13 +666,23 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], called: lis
     met = graph.pending
     theirs_map = graph.graphlib.PythonRefMap()
     theirs_map._mapping.update(ref_index._mapping)
-    flax_flatten = _replay.replaying_flatten(graph.graphlib, graph.flax_flatten, called)
+    # Strict: flax's walk may not call a user's flatten the native walk did not (_replay).
+    user_code = functools.partial(_user_code.flatten_runs_user_code, graph)
+    flax_flatten = _replay.replaying_flatten(graph.graphlib, graph.flax_flatten, called,
+                                             user_code)
     try:
         theirs = flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
                               ref_outer_index=ref_outer_index, graph=True)
         ours_map = {**ref_index._mapping, **added}
         why = (_compare.difference(out, theirs, with_paths)
                or _compare.map_difference(ours_map, theirs_map._mapping))
+    except _replay.Diverged:
+        # A user's flatten changed the graph under the native walk: no second walk can be
+        # compared without calling it again. The one walk made, the result flax alone would
+        # give, stands; the types stay unverified, checked when next met.
+        graph.forget_pending()
+        ref_index._mapping.update(added)
+        return out
     except BaseException:
         graph.forget_pending()  # nothing compared: the types are checked when next met
         raise
