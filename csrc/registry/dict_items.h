@@ -127,7 +127,7 @@ inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error, boo
 //
 // Borrowed: PyDict_Next, the C comparisons of SortTotalOrderKeys and C++ allocation run no
 // Python code (C++ allocation cannot start the cyclic GC). The caller owns or drops the pairs
-// before anything that can (TakeGatheredItems, or Forget where it handed the values on itself).
+// before anything that can (OwnGatheredItems, or Forget where it handed the values on itself).
 // Every value's cache miss is requested up front, so they overlap. Should anything throw, the
 // entries are nulled first, since nothing has been taken yet.
 // Sized once (it may throw while still empty), then written in place: per-item push_back was a
@@ -162,12 +162,21 @@ inline bool GatherBorrowedItems(PyObject* dict, Items& items, bool* sorted) {
     return true;
 }
 
-// Takes a reference to every pair GatherBorrowedItems left borrowed.
-inline void OwnGatheredItems(Items& items) {
+// Takes a reference to every pair GatherBorrowedItems left borrowed, then, where the keys did
+// not sort in C (`sorted` false), sorts them as JAX does (SortItemsByPython: `wrap_error`,
+// `read_again`); the pairs are owned first, since that sort runs Python code. On failure `items`
+// is left empty.
+inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wrap_error,
+                             bool read_again) {
     for (Item& item : items) {
         Py_INCREF(item.key);
         Py_INCREF(item.value);
     }
+    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
 }
 
 // Owned pairs, sorted as JAX sorts a dict's keys. `wrap_error`, `read_again`: see
@@ -175,14 +184,8 @@ inline void OwnGatheredItems(Items& items) {
 inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
                             bool read_again = true) {
     bool sorted;
-    if (!GatherBorrowedItems(dict, items, &sorted)) return false;
-    // Keys compared by Python's `<` are owned before that runs Python code.
-    OwnGatheredItems(items);
-    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
-        ReleaseItems(items, 0);
-        return false;
-    }
-    return true;
+    return GatherBorrowedItems(dict, items, &sorted) &&
+           OwnGatheredItems(dict, items, sorted, wrap_error, read_again);
 }
 
 // An OrderedDict's items in its own iteration order (it can differ from the underlying dict's):

@@ -360,26 +360,20 @@ template <class Walk>
     const auto mark = w.Begin();
     fastree::Items items;
     const uint64_t epoch = UserCodeEpoch();  // before a Python key sort can move it
+    bool sorted;
+    if (!GatherBorrowedItems(obj, items, &sorted)) return false;
     if constexpr (!Walk::kDef && !Walk::kPaths) {
         // tree_leaves: a dict whose values are all plain leaves (a layer's kernel and bias) adds
         // them and is done, its keys never referenced: visiting a plain leaf with no is_leaf runs
         // no Python code, so nothing can change the dict before the last value is taken. Two
         // reference-count updates per key were most of tree_leaves' distance from the minimal C
         // walk (../shared/floor) on a transformer's parameters.
-        if (w.BareLeaves()) {
-            bool sorted;
-            if (!GatherBorrowedItems(obj, items, &sorted)) return false;
-            if (sorted && read::AllPlainLeaves(items)) return w.AddPlainLeaves(items);
-            OwnGatheredItems(items);  // anything else: the general path below, on owned pairs
-            if (!sorted && !SortItemsByPython(obj, items, /*wrap_error=*/true,
-                                              /*read_again=*/false)) {
-                ReleaseItems(items, 0);
-                return false;
-            }
-        } else if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) {
-            return false;
+        if (sorted && w.BareLeaves() && read::AllPlainLeaves(items)) {
+            return w.AddPlainLeaves(items);
         }
-    } else if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) {
+    }
+    // Anything else: owned pairs, read one by one below.
+    if (!OwnGatheredItems(obj, items, sorted, /*wrap_error=*/true, /*read_again=*/false)) {
         return false;
     }
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
