@@ -21,7 +21,6 @@ Nothing here calls a user's function: the walks below stop at a node that would.
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import functools
 import types
@@ -204,11 +203,9 @@ def in_graph(graph: Any, root: Any) -> bool:
             # a Pytree with its own attribute hooks): flax's walk calls its methods.
             return True
         elif kind in CALLS_ITS_OWN and impl is not None:
-            if impl_runs_user_code(impl):
+            if flatten_runs_user_code(graph, impl, obj):
                 return True
             if impl is generic_impl:
-                if jax_node_runs_user_code(type(obj)):
-                    return True
                 children, _ = _jax_compat.tree_util.tree_flatten(
                     obj, is_leaf=lambda x, node=obj: x is not node)
                 stack.extend(children)
@@ -217,21 +214,3 @@ def in_graph(graph: Any, root: Any) -> bool:
                 stack.extend(value for _, value in items)
     return False
 
-
-@_or_true_on_error
-def in_states(graph: Any, states: Any) -> bool:
-    """Whether flax's ``_merge_to_flat_state`` over ``states`` runs a user's function: a dict or
-    State key of a user's class, whose hash and ``==`` its dict handling calls. Reads the
-    mappings' items only (library code); each mapping once."""
-    seen: dict[int, Any] = {}  # id -> the object, held so that no id is reused meanwhile
-    stack = list(states)
-    while stack:
-        obj = stack.pop()
-        if not issubclass(type(obj), collections.abc.Mapping) or id(obj) in seen:
-            continue
-        seen[id(obj)] = obj
-        for key, value in obj.items():
-            if _key_runs_user_code(key):
-                return True
-            stack.append(value)
-    return False

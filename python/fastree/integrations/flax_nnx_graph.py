@@ -997,10 +997,6 @@ def _make_merge_leaves(graph: _Graph) -> Any:
             if leaves is not None:
                 if graph.merge_checked:
                     return leaves
-                if _user_code.in_states(graph, states):
-                    # A second run would hash a user's keys again: flax's alone, and the check
-                    # waits for states without such keys.
-                    return flax_merge_leaves(states)
                 # The first served call: flax's function too, and the same leaves, or flax's
                 # function from then on.
                 theirs = flax_merge_leaves(states)
