@@ -24,7 +24,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from . import _config
+from . import _config, integrations
 from . import tree as _fastree_tree
 from . import tree_util as _fastree_tree_util
 from .jax_interop import compat as _jax_compat
@@ -103,6 +103,8 @@ def _apply() -> None:
     _saved = saved
     # Routed calls must behave as JAX's: the aux_data checks go quiet unless the user asked.
     _config.set_routed(True)
+    # flax.nnx's graph mode when flax is loaded already (else at flax's first registration).
+    integrations.bind_graph_walks(True)
 
 
 def _remove() -> None:
@@ -115,6 +117,7 @@ def _remove() -> None:
             setattr(module, name, previous)
     _saved = None
     _config.set_routed(False)
+    integrations.bind_graph_walks(False)
 
 
 def install() -> None:

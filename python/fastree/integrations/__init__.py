@@ -31,6 +31,19 @@ _LIBRARIES = (
     ("chex._src.dataclass", "chex"),
     ("flax.nnx.variablelib", "flax_nnx"),
 )
+# Library functions an integration replaces by walks of its own (flax.nnx's graph mode), bound
+# while fastree is installed only: (module whose presence shows the library is loaded, module).
+_GRAPH_WALKS = (("flax.nnx.graphlib", "flax_nnx_graph"),)
+
+
+def bind_graph_walks(installed: bool) -> None:
+    """Binds the loaded libraries' graph walks (install) or gives the libraries theirs back."""
+    for marker, name in _GRAPH_WALKS:
+        module_name = f"{__name__}.{name}"
+        if installed and marker in sys.modules:
+            importlib.import_module(module_name).attach()
+        elif not installed and module_name in sys.modules:
+            sys.modules[module_name].detach()
 
 
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:

@@ -206,8 +206,13 @@ def accelerate() -> list[type]:
 
 
 def _attach_graph_mode() -> None:
-    # Graph mode (flax_nnx_graph) attaches once flax.nnx.graphlib has loaded: at the first class
-    # flax registers after that (nnx.Module's, before flax.nnx re-exports graphlib's functions).
-    from . import flax_nnx_graph
+    # Graph mode (flax_nnx_graph) replaces flax's own functions, so only an install binds it:
+    # fastree.install() when graphlib is loaded already, else here, at the first class flax
+    # registers once graphlib has loaded (nnx.Module's, before flax.nnx re-exports graphlib's
+    # functions). A registration through fastree's own functions, not installed, leaves flax be.
+    from .. import _install
 
-    flax_nnx_graph.attach()
+    if _install.is_installed():
+        from . import flax_nnx_graph
+
+        flax_nnx_graph.attach()

@@ -255,6 +255,9 @@ class _Graph(_CheckTables):
         self.function_fallbacks: dict[str, str] = {}
         # Set by attach(): whether a mirrored flax object was replaced since (_code_replaced).
         self.watch: _mirrored_code.Watch = _mirrored_code.Watch(())
+        # Set by attach(): graphlib's name -> (flax's function, this graph's walk), which
+        # attach binds and detach takes back.
+        self.replacements: dict[str, tuple[Any, Any]] = {}
         # Root node types whose first update was compared with flax's; and how many checks of a
         # root type's update could not decide (_checked_update).
         self.verified_updates: weakref.WeakSet[type] = weakref.WeakSet()
@@ -464,6 +467,8 @@ def _context(names: tuple[str, ...], items: dict[str, Any]) -> tuple[Any, ...]:
 
 _graph: _Graph | None = None
 _verdict: _mirrored_code.Verdict | None = None
+_NOT_BOUND = "flax: not attached (fastree is not installed, or flax.nnx is not loaded)"
+_bound = False  # whether graphlib's names are _graph's walks now (attach, until detach)
 
 
 def _records_known(graphlib: Any) -> bool:
@@ -479,20 +484,28 @@ def _records_known(graphlib: Any) -> bool:
 
 
 def attach() -> bool:
-    """Serves graphlib.flatten natively, once flax.nnx.graphlib is loaded. Idempotent.
+    """Serves graphlib's walks natively, once flax.nnx.graphlib is loaded. Idempotent.
 
-    False (and flax's functions kept) where the loaded flax is not code fastree knows
-    (:data:`MIRRORED`, :func:`code_verdict`), graphlib is not loaded yet, or its records differ
-    from those the C walk makes.
+    Called while fastree is installed only (``fastree.install()``, and flax's first registration
+    under an install): using fastree's own functions leaves flax's as they are. False (and flax's
+    functions kept) where the loaded flax is not code fastree knows (:data:`MIRRORED`,
+    :func:`code_verdict`), graphlib is not loaded yet, or its records differ from those the C walk
+    makes.
     """
-    global _graph, _verdict
+    global _graph, _verdict, _bound
     graphlib = sys.modules.get(_GRAPHLIB)
-    if _graph is not None or graphlib is None:
-        return _graph is not None
+    if _bound or graphlib is None:
+        return _bound
     if not _flax_nnx_shared.known_code():
         return False
     with _lock:
+        if _bound:
+            return True
         if _graph is not None:
+            # Attached before and detached by an uninstall: the same walks (and their tables)
+            # are bound again.
+            _rebind(_graph.replacements, to_ours=True)
+            _bound = True
             return True
         if _verdict is None:
             _verdict = _mirrored_code.recognise("flax", MIRRORED, _known_flax.KNOWN_CODE)
@@ -508,20 +521,41 @@ def attach() -> bool:
             return False
         graph = _Graph(graphlib)
         graph.watch = _verdict.watch(_REPLACED)
-        replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
-                        "unflatten": (graph.flax_unflatten, _make_unflatten(graph)),
-                        "_graph_update_dynamic": (graph.flax_update, _make_update(graph)),
-                        "_merge_to_flat_state": (graph.flax_merge_leaves,
-                                                 _make_merge_leaves(graph))}
-        # nnx re-exports them (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
-        # flax's function is rebound; graphlib's own callers read the module globals.
-        for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
-            module = sys.modules.get(module_name)
-            for name, (theirs, ours) in replacements.items():
-                if module is not None and getattr(module, name, None) is theirs:
-                    setattr(module, name, ours)
+        graph.replacements = {"flatten": (graph.flax_flatten, _make_flatten(graph)),
+                              "unflatten": (graph.flax_unflatten, _make_unflatten(graph)),
+                              "_graph_update_dynamic": (graph.flax_update, _make_update(graph)),
+                              "_merge_to_flat_state": (graph.flax_merge_leaves,
+                                                       _make_merge_leaves(graph))}
+        _rebind(graph.replacements, to_ours=True)
         _graph = graph
+        _bound = True
     return True
+
+
+def detach() -> None:
+    """Gives flax its own graph walks back (fastree's uninstall). Idempotent.
+
+    A name someone rebound after :func:`attach` keeps their object. A walk under way finishes
+    with the walks it started with; a later :func:`attach` binds the same walks again.
+    """
+    global _bound
+    with _lock:
+        if _bound and _graph is not None:
+            _rebind(_graph.replacements, to_ours=False)
+        _bound = False
+
+
+def _rebind(replacements: dict[str, tuple[Any, Any]], *, to_ours: bool) -> None:
+    # nnx re-exports the functions (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
+    # the other side's function is rebound; graphlib's own callers read the module globals.
+    for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name, (theirs, ours) in replacements.items():
+            now, then = (ours, theirs) if to_ours else (theirs, ours)
+            if getattr(module, name, None) is then:
+                setattr(module, name, now)
 
 
 def code_verdict() -> _mirrored_code.Verdict:
@@ -531,8 +565,7 @@ def code_verdict() -> _mirrored_code.Verdict:
     tree = _flax_nnx_shared.code_verdict()
     if not tree:
         return tree
-    return _mirrored_code.Verdict(None, "flax: not attached (flax.nnx not loaded while fastree "
-                                  "is installed)")
+    return _mirrored_code.Verdict(None, _NOT_BOUND)
 
 
 def _walk_in_progress(graph: _Graph) -> bool:
@@ -584,8 +617,9 @@ def status() -> dict[str, str]:
     ['flatten', 'unflatten', 'update']
     """
     graph = _graph
-    if graph is None:
-        why = code_verdict().reason
+    if graph is None or not _bound:
+        verdict = code_verdict()
+        why = _NOT_BOUND if verdict else verdict.reason
         return {"flatten": why, "unflatten": why, "update": why}
     replaced = graph.function_fallbacks.get("code")
     out = {name: "native" if replaced is None else f"flax: {replaced}"
