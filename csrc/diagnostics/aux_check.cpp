@@ -121,18 +121,13 @@ bool Report(const AuxState::PendingReport& report) {
 
 }  // namespace
 
-ReportScope::ReportScope() { ++S().report_depth; }
-
-ReportScope::~ReportScope() {
-    if (--S().report_depth == 0 && !S().pending.empty()) {
-        // Moved out first: releasing the references can run Python code.
-        auto dropped = std::move(S().pending);
-        S().pending.clear();
-    }
+void ReportScope::DropPending() {
+    // Moved out first: releasing the references can run Python code.
+    auto dropped = std::move(S().pending);
+    S().pending.clear();
 }
 
-bool ReportScope::Flush() {
-    if (S().report_depth != 1) return true;  // a nested entry point: the outermost reports
+bool ReportScope::MakePending() {
     while (!S().pending.empty()) {
         // Taken out one at a time: the reporter may call fastree again (its own scope then
         // reports at once only if it is outermost, which it is not: depth stays 1 here).

@@ -53,14 +53,27 @@ inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, u
 // walk runs none of it. A scope per entry point (ReportAfter below); nested entry points (a
 // callback calling fastree) leave theirs to the outermost. Outside any scope a report is made
 // at once.
+// Every entry point opens one, so its common case (no report pending) is inline: as calls, the
+// three steps were 40 instructions of a 3-leaf tuple's 750-instruction tree_map (callgrind).
 class ReportScope {
  public:
-    ReportScope();
-    ~ReportScope();  // drops reports not made (the call failed)
+    ReportScope() { ++state::Aux().report_depth; }
+    // Drops reports not made (the call failed).
+    ~ReportScope() {
+        AuxState& s = state::Aux();
+        if (--s.report_depth == 0 && !s.pending.empty()) DropPending();
+    }
     ReportScope(const ReportScope&) = delete;
     ReportScope& operator=(const ReportScope&) = delete;
     // Makes the pending reports (outermost scope only). False with the reporter's error set.
-    bool Flush();
+    bool Flush() {
+        const AuxState& s = state::Aux();
+        return s.report_depth != 1 || s.pending.empty() || MakePending();
+    }
+
+ private:
+    static void DropPending();
+    static bool MakePending();
 };
 
 // F, with the reports its walk finds made after it returns a result (ReportScope): a strict
