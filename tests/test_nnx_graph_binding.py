@@ -8,28 +8,17 @@ bound, are per process) and prints what it saw as JSON.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
-import pytest
+from helpers import skip_unless_integration_knows
 
-
-def _flax_known() -> bool:
-    if importlib.util.find_spec("flax") is None:
-        return False
-    import flax.nnx  # noqa: F401 - its modules loaded, the integration can read its code
-    from fastree.integrations import flax_nnx
-
-    return flax_nnx.known_code()
-
-
-pytestmark = pytest.mark.skipif(
-    not _flax_known(), reason="flax is absent or not a version the integration reproduces"
-)
+# Skips the module unless the installed flax is code the integration knows (else graph mode is
+# never bound, installed or not).
+skip_unless_integration_knows("flax", "flax_nnx")
 
 # Shared by the children: flax's own functions, read before fastree is imported, and a probe
 # saying, per replaced name and per module that re-exports it, whether flax's function is bound.
@@ -68,7 +57,7 @@ def _child(body: str, *, install_first: bool = False) -> dict:
     if install_first:
         env["FASTREE_INSTALL"] = "1"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=300, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
