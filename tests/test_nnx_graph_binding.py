@@ -8,13 +8,9 @@ bound, are per process) and prints what it saw as JSON.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from helpers import skip_unless_integration_knows
+from helpers import run_json_program, skip_unless_integration_knows
 
 # Skips the module unless the installed flax is code the integration knows (else graph mode is
 # never bound, installed or not).
@@ -50,16 +46,8 @@ def split_view(m):
 
 
 def _child(body: str, *, install_first: bool = False) -> dict:
-    code = _PRELUDE + textwrap.dedent(body)
-    # FASTREE_INSTALL=1: installed the moment the first `import jax` finishes (fastree.run's
-    # effect, for a -c program); the parent's own setting (the installed test run) is not passed.
-    env = {key: value for key, value in os.environ.items() if key != "FASTREE_INSTALL"}
-    if install_first:
-        env["FASTREE_INSTALL"] = "1"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # install_first: fastree installed before the prelude imports flax (as fastree.run does).
+    return run_json_program(_PRELUDE + textwrap.dedent(body), install_first)
 
 
 def test_fastree_without_an_install_leaves_flax_functions_as_they_are():
