@@ -201,7 +201,6 @@ def accelerate() -> list[type]:
     As :func:`fastree.integrations.equinox.accelerate`: JAX keeps flax's functions for those
     classes; fastree's own functions (and the routed ``jax.tree_util`` ones) read them natively.
     """
-    _attach_graph_mode()
     return _library.accelerate_with(native_node)
 
 
