@@ -41,6 +41,48 @@ def test_fingerprint_names_the_source_and_data():
     assert fingerprint(("x", 1)) == fingerprint(("x", 1)) != fingerprint(("x", 2))
 
 
+def test_fingerprint_is_of_the_object_that_runs():
+    import functools
+
+    def walk(x, *, deep=False):
+        return [x]
+
+    wrapper = functools.wraps(walk)(lambda *a, **k: walk(*a, **k))
+    assert fingerprint(wrapper) != fingerprint(walk)  # never read through __wrapped__
+    before = fingerprint(walk)
+    walk.__kwdefaults__ = {"deep": True}  # defaults decide what it does too
+    assert fingerprint(walk) != before
+    walk.__kwdefaults__ = {"deep": False}
+    assert fingerprint(walk) == before
+
+    def outer(n):
+        def counted(x):
+            return x + n
+        return counted
+
+    assert fingerprint(outer(1)) != fingerprint(outer(2))  # its closure's cells
+    assert fingerprint(outer(object())) is None  # a cell nothing names alike in every process
+    copy = types.FunctionType(walk.__code__, {}, "walk", None, None)
+    copy.__kwdefaults__ = walk.__kwdefaults__
+    assert fingerprint(copy) != fingerprint(walk)  # not its module's namespace
+    cached = functools.lru_cache(maxsize=None)(walk)
+    assert fingerprint(cached) == fingerprint(walk)  # the C cache runs the function it wraps
+
+
+def test_a_class_fingerprint_reads_a_function_set_on_it_from_elsewhere():
+    class Record:
+        def rebuild(self):
+            return 1
+
+    before = fingerprint(Record)
+
+    def rebuild(self):
+        return 2
+
+    Record.rebuild = rebuild  # defined elsewhere (its qualname is not Record's)
+    assert fingerprint(Record) != before
+
+
 def test_recognise_needs_every_piece_of_one_release(monkeypatch, tmp_path):
     lib = _module("fake_lib_v1", """
         def walk(x):
@@ -89,6 +131,27 @@ def test_watch_sees_a_replaced_function(monkeypatch, tmp_path):
     assert watch.replaced() is None
     monkeypatch.setattr(lib, "walk", lambda x: x)
     assert watch.replaced() == "fake_lib_v3:walk"
+
+
+def test_watch_sees_code_changed_in_place(monkeypatch, tmp_path):
+    lib = _module("fake_lib_v4", "def walk(x):\n    return x\n\ndef keep(x):\n    return x\n",
+                  monkeypatch, tmp_path)
+    mirrored = (Mirrored("fake_lib_v4", "walk"), Mirrored("fake_lib_v4", "keep"))
+    verdict = recognise("fake", mirrored, {"1": _mirrored_code.current(mirrored)})
+    # `keep` skipped for rebinding (an integration binds its own there), still watched in place
+    watch = verdict.watch(frozenset({"fake_lib_v4:keep"}))
+    assert watch.replaced() is None
+    lib.keep = lambda x: x
+    assert watch.replaced() is None
+    original = lib.walk.__code__
+    lib.walk.__code__ = (lambda x: [x]).__code__  # as %autoreload updates a function
+    assert watch.replaced() == "fake_lib_v4:walk"
+    lib.walk.__code__ = original
+    assert watch.replaced() is None
+    verdict.objects[1][1].__code__ = (lambda x: [x]).__code__
+    assert watch.replaced() == "fake_lib_v4:keep"
+    del lib.walk
+    assert watch.replaced() == "fake_lib_v4:walk"
 
 
 @pytest.mark.parametrize("table", [_known_flax, _known_equinox, _known_chex])

@@ -157,8 +157,8 @@ def test_an_undecided_update_check_is_not_repeated_for_ever():
     reasons = [v for k, v in installed["status"].items() if k.endswith(".Model")]
     # Tracked is a user's class the native walks leave to flax: a check would call its
     # update_from_state again, so none runs (test_nnx_graph_user_hooks.py).
-    assert reasons == ["flax (updates): its graph holds nodes whose own functions a check would "
-                       "run again"]
+    assert reasons == ["flax (updates): its graph or state holds user code a check would run "
+                       "again (a node's own functions, a metadata value's ==)"]
     # Three checks (about 33 walks of flax's each here), then flax's update alone, which walks
     # nothing more than plain flax does; a check on every update was about 30 walks each.
     assert installed["walks"] <= plain["walks"] + 3 * 40, (installed, plain)

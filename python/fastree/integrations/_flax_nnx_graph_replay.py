@@ -64,10 +64,16 @@ def _replayed_impl(impl: Any, node: Any, results: list[Any], user_code: Any = No
     return dataclasses.replace(impl, flatten=flatten)
 
 
-def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any],
-                      user_code: Any = None) -> Any:
+def replaying_flatten(graphlib: Any, flax_flatten: Any, flax_graph_flatten: Any,
+                      called: list[Any], user_code: Any = None) -> Any:
     """``flax_flatten`` (graphlib's own ``flatten``) run over a namespace whose
     ``get_node_impl`` replays ``called`` ([node, result, ...], a native walk's calls).
+
+    ``flax_flatten`` and ``flax_graph_flatten`` are the functions the code gate fingerprinted
+    (``flatten`` and ``_graph_flatten`` as attach found them): module functions of graphlib,
+    with no closure, whose copies here run the same code over a namespace of graphlib's. A
+    function that is not so (never one the gate let through) is not copied: None is returned,
+    and the caller runs no replay.
 
     ``user_code(impl, node)``, where given, makes the replay strict: a node flattened beyond
     what the native walk recorded, by a user's function, raises :class:`Diverged` rather than
@@ -76,6 +82,10 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any],
         # No node function ran in the native walk: nothing to replay, and no user's code that
         # could have changed the graph since.
         return flax_flatten
+    own_functions = {"flatten": flax_flatten, "_graph_flatten": flax_graph_flatten}
+    if any(type(own) is not types.FunctionType or own.__closure__ is not None
+           or own.__globals__ is not vars(graphlib) for own in own_functions.values()):
+        return None
     # id -> (the node, its results). The node is held here, so no other object takes its id
     # while the walk runs: an id found is that node.
     results: dict[int, tuple[Any, list[Any]]] = {}
@@ -94,10 +104,7 @@ def replaying_flatten(graphlib: Any, flax_flatten: Any, called: list[Any],
 
     namespace = dict(vars(graphlib))
     namespace["get_node_impl"] = get_node_impl
-    for name in ("_graph_flatten", "flatten"):
-        # Module-level functions of the flax code the walks were written against (the gate
-        # checks it), so without closure cells.
-        own = flax_flatten if name == "flatten" else getattr(graphlib, name)
+    for name, own in own_functions.items():
         copy = types.FunctionType(own.__code__, namespace, own.__name__, own.__defaults__)
         copy.__kwdefaults__ = own.__kwdefaults__
         namespace[name] = copy

@@ -23,11 +23,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
+import operator
+import sys
 import types
 from typing import Any
 
 from ..jax_interop import compat as _jax_compat
-from ._flax_nnx_graph_kinds import CALLS_ITS_OWN, DICT, LIST, NNX_PYTREE, TUPLE, UNSERVED
+from ._flax_nnx_graph_kinds import (
+    CALLS_ITS_OWN,
+    DICT,
+    LIST,
+    NNX_PYTREE,
+    TUPLE,
+    UNSERVED,
+    VARIABLE,
+)
 
 _LIBRARY_PACKAGES = frozenset({"flax", "jax", "jaxlib", "optax", "equinox", "chex", "fastree"})
 _C_FUNCTIONS = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
@@ -96,6 +107,52 @@ def _key_runs_user_code(key: Any) -> bool:
     if type(key) is tuple:
         return any(_key_runs_user_code(item) for item in key)
     return not library_class(type(key))
+
+
+def _value_runs_user_code(value: Any) -> bool:
+    # A Variable's metadata value whose == is a user's: flax's update compares a Variable's
+    # metadata with the state's (`!=`, item by item), and so does a check of it, on copies.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) in (tuple, list, frozenset, set):
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+        elif not library_class(type(item)):
+            return True
+    return False
+
+
+def metadata_runs_user_code(variable: Any) -> bool:
+    """Whether comparing ``variable``'s metadata (a plain Variable's ``_var_metadata`` dict) with
+    another's could run a user's ``==``: a value of a user's class in it."""
+    metadata = object.__getattribute__(variable, "_var_metadata")
+    return type(metadata) is not dict or _value_runs_user_code(metadata)
+
+
+def gc_callbacks_run_user_code() -> bool:
+    """Whether ``gc.callbacks`` holds a function of the user's.
+
+    A collection runs where an allocation finds it due, and its callbacks with it. A native
+    walk allocates elsewhere than flax's Python walk, so a callback would run at other points
+    of the walk than under flax alone (one that edits the graph it walks sees it half-read by
+    flax and raises there, or not at all here). While a user's callback is registered the
+    graph walks are flax's own. jax's own callback (registered on import) is library code.
+    Answered from the last list seen while ``gc.callbacks`` holds the same functions.
+    """
+    callbacks = gc.callbacks
+    seen, answer = _gc_seen
+    if len(callbacks) == len(seen) and all(map(operator.is_, callbacks, seen)):
+        return answer
+    seen = tuple(callbacks)
+    answer = not all(_library_function(callback) for callback in seen)
+    _gc_seen[:] = [seen, answer]
+    return answer
+
+
+_gc_seen: list[Any] = [(), False]
 
 
 def impl_runs_user_code(impl: Any) -> bool:
@@ -198,6 +255,9 @@ def in_graph(graph: Any, root: Any) -> bool:
             if any(_key_runs_user_code(key) for key in obj):
                 return True
             stack.extend(obj.values())
+        elif kind == VARIABLE:
+            if metadata_runs_user_code(obj):
+                return True
         elif kind == UNSERVED and not library_class(type(obj)):
             # A user's class the native walks leave to flax (a Variable with its own accessors,
             # a Pytree with its own attribute hooks): flax's walk calls its methods.
@@ -214,3 +274,27 @@ def in_graph(graph: Any, root: Any) -> bool:
                 stack.extend(value for _, value in items)
     return False
 
+
+
+@_or_true_on_error
+def in_state(graph: Any, state: Any) -> bool:
+    """Whether an update from ``state`` (nested States and dicts of Variables) compares a
+    metadata value with a user's ``==`` (:func:`metadata_runs_user_code`), holds a key of a
+    user's class, or a mapping of a class other than flax's State and dict. True also when that
+    cannot be told."""
+    state_type = sys.modules["flax.nnx.statelib"].State
+    stack = [state]
+    while stack:
+        obj = stack.pop()
+        if type(obj) is state_type:
+            obj = object.__getattribute__(obj, "_mapping")
+        if type(obj) is dict:
+            if any(_key_runs_user_code(key) for key in obj):
+                return True
+            stack.extend(obj.values())
+        elif graph.kind_of(type(obj))[0] == VARIABLE:
+            if metadata_runs_user_code(obj):
+                return True
+        elif not library_class(type(obj)):
+            return True
+    return False

@@ -167,6 +167,9 @@ class _Graph(_CheckTables):
         tracers = sys.modules["flax.nnx.tracers"]
         self.graphlib = graphlib
         self.flax_flatten = graphlib.flatten
+        # flatten's recursion, as the code gate fingerprinted it: the replay runs this one's
+        # code (_flax_nnx_graph_replay), never what graphlib holds later.
+        self.flax_graph_flatten = graphlib._graph_flatten
         self.flax_unflatten = graphlib.unflatten
         self.flax_update = graphlib._graph_update_dynamic
         self.flax_merge_leaves = graphlib._merge_to_flat_state
@@ -589,6 +592,13 @@ def _walk_done(graph: _Graph) -> None:
                 checks.forget_pending()
 
 
+def _served_now(graph: _Graph) -> bool:
+    # Whether this call may be native: the mirrored code is as attach found it, and no user's
+    # GC callback could run at other points of a native walk than of flax's
+    # (_user_code.gc_callbacks_run_user_code).
+    return not _code_replaced(graph) and not _user_code.gc_callbacks_run_user_code()
+
+
 def _code_replaced(graph: _Graph) -> bool:
     # A mirrored flax function or class replaced since attach (a user's patch, a debugger):
     # flax's own functions from then on, for good, and status() says which.
@@ -651,7 +661,7 @@ def _make_flatten(graph: _Graph) -> Any:
             ref_index = python_refmap()
         if (
             not mode
-            or _code_replaced(_graph_state)
+            or not _served_now(_graph_state)
             or _walk_in_progress(_graph_state)
             or type(ref_index) is not python_refmap
             or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)
@@ -671,8 +681,9 @@ def _make_flatten(graph: _Graph) -> Any:
                 raise
             if type(result) is list:  # not served: flax's, given the node calls it made
                 state.forget_pending()
-                theirs = _replay.replaying_flatten(graphlib, flax_flatten, result)
-                return theirs(node, with_paths=with_paths, ref_index=ref_index,
+                theirs = _replay.replaying_flatten(graphlib, flax_flatten,
+                                                   state.flax_graph_flatten, result)
+                return (theirs or flax_flatten)(node, with_paths=with_paths, ref_index=ref_index,
                               ref_outer_index=ref_outer_index, graph=graph)
             nodes, attributes, leaves, paths, added, called = result
             out = (graph_def(nodes=nodes, attributes=attributes, num_leaves=len(leaves)),
@@ -702,9 +713,11 @@ def _checked_flatten(graph: _Graph, out: Any, added: dict[int, Any], called: lis
     theirs_map._mapping.update(ref_index._mapping)
     # Strict: flax's walk may not call a user's flatten the native walk did not (_replay).
     user_code = functools.partial(_user_code.flatten_runs_user_code, graph)
-    flax_flatten = _replay.replaying_flatten(graph.graphlib, graph.flax_flatten, called,
-                                             user_code)
+    flax_flatten = _replay.replaying_flatten(graph.graphlib, graph.flax_flatten,
+                                             graph.flax_graph_flatten, called, user_code)
     try:
+        if flax_flatten is None:
+            raise _replay.Diverged  # nothing to replay with: no second walk to compare
         theirs = flax_flatten(node, with_paths=with_paths, ref_index=theirs_map,
                               ref_outer_index=ref_outer_index, graph=True)
         ours_map = {**ref_index._mapping, **added}
@@ -761,7 +774,7 @@ def _make_unflatten(graph: _Graph) -> Any:
             or type(graphdef.nodes[0]) not in served_roots
             or type(index_ref) is not index_map
             or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
-            or _code_replaced(graph)
+            or not _served_now(graph)
             or _walk_in_progress(graph)
         ):
             return flax_unflatten(graphdef, state, index_ref=index_ref,
@@ -930,7 +943,7 @@ def _make_update(graph: _Graph) -> Any:
             or getattr(_updating, "checking", False)
             or root in graph.fallbacks
             or root in graph.update_fallbacks
-            or _code_replaced(graph)
+            or not _served_now(graph)
         ):
             return flax_update(node, state)
         graph.refresh()
@@ -957,8 +970,9 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
     # calls are flax's (no check per level, which made a chain's first update quadratic).
     _updating.checking = True
     try:
-        # Copies, two updates and their comparison would run a user's node functions again.
-        user_code = _user_code.in_graph(graph, node)
+        # Copies, two updates and their comparison would run a user's node functions again,
+        # and each update compares a Variable's metadata with the state's (a user's ==).
+        user_code = _user_code.in_graph(graph, node) or _user_code.in_state(graph, state)
         decided = None if user_code else _compare_update(graph, node, state)
     finally:
         _updating.checking = False
@@ -971,7 +985,8 @@ def _checked_update(graph: _Graph, node: Any, state: Any) -> bool:
         graph.undecided_updates[root] = count
         if count >= _UNDECIDED_LIMIT:
             graph.update_fallbacks[root] = (
-                "its graph holds nodes whose own functions a check would run again" if user_code
+                "its graph or state holds user code a check would run again (a node's own "
+                "functions, a metadata value's ==)" if user_code
                 else f"the first {count} updates' checks could not decide")
         return False
     return decided
@@ -1024,7 +1039,7 @@ def _make_merge_leaves(graph: _Graph) -> Any:
         if (
             type(states) is tuple
             and "_merge_to_flat_state" not in graph.function_fallbacks
-            and not _code_replaced(graph)
+            and _served_now(graph)
         ):
             graph.refresh()
             leaves = native(states, graph.unflatten_context)
