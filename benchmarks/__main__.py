@@ -10,12 +10,18 @@ import os
 import sys
 
 from benchmarks.cli import parse_args
+from benchmarks.destination import kind_of_args, refusal
 
 HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 
 def main() -> int:
     args = parse_args()
+    # Before anything is timed (or JAX imported): a run never overwrites another's results unasked.
+    why_not = refusal(args.out, kind_of_args(args), args.overwrite)
+    if why_not is not None:
+        print(f"python -m benchmarks: refused: {why_not}", file=sys.stderr)
+        return 2
     if args.leaves and "sharded" in args.leaves:
         if "jax" in sys.modules:
             print("note: JAX was imported before the suite could set XLA_FLAGS", file=sys.stderr)

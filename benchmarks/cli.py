@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.destination import default_out, kind_of_args
+
 LEAF_KINDS = ("numpy", "jax", "sharded")
 """numpy arrays; jax arrays on --device; jax arrays sharded over 8 host (CPU) devices."""
 
@@ -23,9 +25,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("bench_out"),
-        help="directory for results.json, report.md, chart.png and chart_details.png "
-        "(default: bench_out/); nothing else is written unless --publish is given",
+        default=None,
+        metavar="DIR",
+        help="folder for results.json, report.md, chart.png and chart_details.png; nothing else "
+        "is written unless --publish is given. Default: a folder of the run's own kind (its "
+        "mode, --only, --leaves, --device and --baseline): bench_out/ for the unfiltered quick "
+        "run, bench_out/full/ for the unfiltered full run, and for any other a folder under "
+        "bench_out/ named after it, e.g. bench_out/full-only-flatten_transformer/ for --only "
+        "'flatten/transformer*'. The run prints where it writes",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run files in --out even when they hold another kind of run's results "
+        "(without it such a run is refused before anything is timed; a rerun of the same kind "
+        "replaces its own results either way)",
     )
     parser.add_argument(
         "--quick",
@@ -40,13 +54,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="OP/TREE",
         help="run only cases matching this glob on op and tree names, e.g. 'flatten/transformer*'; "
         "a pattern without '/' matches either name; repeat or comma-separate for several; the "
-        "end-to-end workloads answer to op 'workload', e.g. 'workload/optax*'",
+        "end-to-end workloads answer to op 'workload', e.g. 'workload/optax*'; a pattern that "
+        "matches nothing in the run is refused, with the valid names, before anything is timed; "
+        "a run with --only writes a folder of its own unless --out is given (see --out)",
     )
     parser.add_argument(
         "--device",
         choices=("cpu", "gpu"),
         default="cpu",
-        help="where jax-array leaves live (gpu cases are skipped with a note when JAX has no GPU)",
+        help="where jax-array leaves live; gpu needs a GPU that JAX sees (jax.devices()): "
+        "without one the run is refused before anything is timed",
     )
     parser.add_argument(
         "--leaves",
@@ -98,4 +115,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         )
     if args.workload_rounds is not None and args.workload_rounds < 1:
         parser.error("--workload-rounds must be at least 1")
+    if args.out is None:
+        args.out = default_out(kind_of_args(args))
     return args

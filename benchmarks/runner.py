@@ -16,7 +16,7 @@ from benchmarks.libraries import LOADERS, load_libraries
 from benchmarks.libraries.base import Library, TreeApi
 from benchmarks.measure import memory, stats, timing
 from benchmarks.measure.calls import CALLS
-from benchmarks.measure.environment import describe
+from benchmarks.measure.environment import describe, missing_device
 from benchmarks.measure.guard import leaves_disagreement
 from benchmarks.measure.results import (
     MEMORY_UNIT,
@@ -27,7 +27,7 @@ from benchmarks.measure.results import (
     TreeInfo,
     WorkloadRow,
 )
-from benchmarks.selection import case_selected, selected_ops
+from benchmarks.selection import case_selected, nothing_matched, selected_ops, unmatched
 from benchmarks.settings import Settings, settings_for
 from benchmarks.unsupported import Unsupported
 
@@ -74,6 +74,11 @@ def run(args: argparse.Namespace) -> RunResult:
     if args.baseline not in LOADERS:
         raise SystemExit(f"--baseline must be one of {', '.join(LOADERS)}, not {args.baseline!r}")
     settings = settings_for(args.quick)
+    if args.only:
+        _refuse_unmatched(settings, args)
+    no_device = missing_device(args.device)
+    if no_device is not None:
+        raise SystemExit(f"python -m benchmarks: refused: {no_device}")
     uninstalled = _take_fastree_out_of_jax()
     planned = plan(settings, args.leaves, args.only)
     wanted_ops = {op for tree in planned for op in tree.ops}
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> RunResult:
     )
     _progress(
         f"fastree benchmarks, {settings.mode} mode: {len(planned)} trees, "
-        f"libraries: {', '.join(result.libraries) or 'none'}"
+        f"libraries: {', '.join(result.libraries) or 'none'}; writing to {args.out}/"
     )
     for name, reason in missing.items():
         _progress(f"  skipping {name}: {reason}")
@@ -161,6 +166,19 @@ def run(args: argparse.Namespace) -> RunResult:
     result.duration_s = round(time.perf_counter() - started, 1)
     _progress(f"done in {result.duration_s:.1f} s")
     return result
+
+
+def _refuse_unmatched(settings: Settings, args: argparse.Namespace) -> None:
+    """Exit, before anything is timed, when an --only pattern selects nothing this run has."""
+    from benchmarks.workloads import WORKLOAD_OP, WORKLOADS
+
+    cases = [(op, tree.name) for tree in plan(settings, args.leaves, []) for op in tree.ops]
+    cases += [(WORKLOAD_OP, workload.name) for workload in WORKLOADS]
+    patterns = unmatched(args.only, cases)
+    if patterns:
+        raise SystemExit(
+            f"python -m benchmarks: refused: {nothing_matched(patterns, cases, WORKLOAD_OP)}"
+        )
 
 
 def _load_average() -> list[float] | None:

@@ -53,6 +53,24 @@ def fastree_location() -> str | None:
     return getattr(module, "__file__", None)
 
 
+def missing_device(device: str) -> str | None:
+    """Why the run cannot put its leaves on ``device`` (None: it can): a "gpu" run on a machine
+    whose JAX sees no GPU would time the host and label it gpu."""
+    if device != "gpu":
+        return None
+    import jax
+
+    try:
+        jax.devices("gpu")
+    except RuntimeError as error:
+        return (
+            f"--device gpu asked for a GPU, but JAX sees none: jax.devices() is "
+            f"{jax.devices()} (default backend {jax.default_backend()!r}; {error}). Install a "
+            "jaxlib with GPU support, or run without --device gpu (the default is cpu)"
+        )
+    return None
+
+
 def describe(device: str, versions: dict[str, str], memory_method: str | None) -> dict[str, Any]:
     import jax
 
