@@ -140,3 +140,27 @@ def test_a_function_rebound_after_the_install_keeps_its_patch_at_uninstall():
     """)
     assert seen["patched_kept"]
     assert all(seen["others"]), seen
+
+
+def test_kind_codes_come_from_the_c_walks_and_attach_checks_them():
+    # The codes are the C enum's (_core.NNX_GRAPH_KINDS: a name's code is its position), and a
+    # kind one side names that the other does not stops attach: graph mode stays flax's.
+    from fastree import _core
+    from fastree.integrations import _flax_nnx_graph_kinds as kinds
+
+    assert len(_core.NNX_GRAPH_KINDS) == len(set(_core.NNX_GRAPH_KINDS)) == 13
+    for name in kinds.KIND_NAMES:
+        assert getattr(kinds, name) == _core.NNX_GRAPH_KINDS.index(name)
+    assert kinds.kinds_differ() is None
+    seen = _child("""
+        from fastree import _core
+        _core.NNX_GRAPH_KINDS = _core.NNX_GRAPH_KINDS + ("NEW_KIND",)
+        import fastree
+        from fastree.integrations import flax_nnx_graph
+        fastree.install()
+        print(json.dumps({"bound": flax_bound(), "status": flax_nnx_graph.status()["flatten"],
+                          "view": split_view(model())}))
+    """)
+    assert all(seen["bound"].values()), seen["bound"]
+    assert seen["status"] == ("fastree: the C walks' node kinds differ from those the Python "
+                              "side handles: ['NEW_KIND']"), seen["status"]

@@ -240,6 +240,11 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
     for (Py_ssize_t i = 0; i < nnx_graph::kUnflattenSize; ++i)
         unflatten_names[i] = py::str(nnx_graph::kUnflattenNames[i]);
     m.attr("NNX_GRAPH_UNFLATTEN_CONTEXT") = unflatten_names;
+    // The node kinds' names, the code of each its position (nnx/nnx_graph.h, Kind).
+    py::tuple kind_names(static_cast<size_t>(nnx_graph::kKindCount));
+    for (int i = 0; i < nnx_graph::kKindCount; ++i)
+        kind_names[static_cast<size_t>(i)] = py::str(nnx_graph::kKindNames[i]);
+    m.attr("NNX_GRAPH_KINDS") = kind_names;
     m.def(
         "nnx_graph_flatten",
         [](py::handle node, bool with_paths, py::handle ref_mapping, py::handle outer_mapping,

@@ -46,6 +46,16 @@ enum Kind : int {
                           // PytreeState's node is rebuilt natively, any other by impl.unflatten
 };
 
+inline constexpr int kKindCount = kGenericPytree + 1;
+// The kinds' names, in code order: exported as _core.NNX_GRAPH_KINDS, from which the Python side
+// takes every code (integrations/_flax_nnx_graph_kinds.py) and which attach checks against the
+// kinds it classifies into, so that neither side's list can drift from the other's.
+inline constexpr const char* kKindNames[] = {
+    "LEAF", "ARRAY_LEAF", "VARIABLE", "NNX_PYTREE", "GRAPH_NODE", "PYTREE_NODE", "LIST",
+    "TUPLE", "NONE", "DICT", "UNSERVED", "PYTREE_STATE", "GENERIC_PYTREE",
+};
+static_assert(sizeof(kKindNames) / sizeof(kKindNames[0]) == kKindCount, "one name per Kind");
+
 // The positions in the Context tuple the Python side passes to every call.
 enum ContextItem : Py_ssize_t {
     kKinds = 0,          // dict: type -> (kind, impl, impl.type), filled by kClassify

@@ -209,6 +209,8 @@ NNX_GRAPH_CONTEXT: tuple[str, ...]
 """The names of the flatten context's items, in the order the C walks read them."""
 NNX_GRAPH_UNFLATTEN_CONTEXT: tuple[str, ...]
 """The names of the unflatten (and update, merge) context's items, in order."""
+NNX_GRAPH_KINDS: tuple[str, ...]
+"""The node kinds' names (nnx/nnx_graph.h, Kind), each kind's code its position."""
 
 def nnx_graph_flatten(
     node: Any,

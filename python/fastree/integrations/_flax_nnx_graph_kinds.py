@@ -1,15 +1,45 @@
 """The kinds of type flax's graph walks meet: the codes of ``enum Kind`` in csrc/nnx/nnx_graph.h,
-which the Python side's table (``flax_nnx_graph._Graph``) hands the C walks. Kept here once for
-the modules that classify and check (flax_nnx_graph, _flax_nnx_graph_compare,
-_flax_nnx_graph_user_code); with the table type itself, :class:`TypeTable`."""
+which the Python side's table (``flax_nnx_graph._Graph``) hands the C walks. Each code is read
+from the C module (``_core.NNX_GRAPH_KINDS``: the kinds' names, a code its position), never
+written here; :func:`kinds_differ` is attach's check that the two sides name the same kinds.
+Kept here once for the modules that classify and check (flax_nnx_graph,
+_flax_nnx_graph_compare, _flax_nnx_graph_user_code); with the table type itself,
+:class:`TypeTable`."""
 
 from __future__ import annotations
 
 import weakref
 from typing import Any
 
-LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE = range(6)
-LIST, TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = range(6, 13)
+from .. import _core
+
+# The kinds this side classifies into and handles, by the C module's names.
+KIND_NAMES = ("LEAF", "ARRAY_LEAF", "VARIABLE", "NNX_PYTREE", "GRAPH_NODE", "PYTREE_NODE", "LIST",
+              "TUPLE", "NONE", "DICT", "UNSERVED", "PYTREE_STATE", "GENERIC_PYTREE")
+
+
+def _code(name: str) -> int:
+    # A kind the C walks do not name gets -1, which no entry of theirs holds; attach refuses to
+    # serve anything then (kinds_differ).
+    names = _core.NNX_GRAPH_KINDS
+    return names.index(name) if name in names else -1
+
+
+LEAF, ARRAY_LEAF, VARIABLE, NNX_PYTREE, GRAPH_NODE, PYTREE_NODE, LIST = map(_code, KIND_NAMES[:7])
+TUPLE, NONE, DICT, UNSERVED, PYTREE_STATE, GENERIC_PYTREE = map(_code, KIND_NAMES[7:])
+
+
+def kinds_differ() -> str | None:
+    """What differs between the kinds this side handles and those the C walks define, or None.
+
+    >>> kinds_differ() is None
+    True
+    """
+    ours, theirs = set(KIND_NAMES), set(_core.NNX_GRAPH_KINDS)
+    if ours == theirs and len(_core.NNX_GRAPH_KINDS) == len(theirs):
+        return None
+    return (f"the C walks' node kinds differ from those the Python side handles: "
+            f"{sorted(ours ^ theirs) or list(_core.NNX_GRAPH_KINDS)}")
 
 # Kinds with nothing native to check: the walk calls the type's own (Python) functions, and a
 # check would call them a second time (a flatten with side effects would see its own effects).

@@ -39,6 +39,7 @@ from typing import Any
 from .. import _core
 from ..jax_interop import compat as _jax_compat
 from . import _flax_nnx_graph_compare as _compare
+from . import _flax_nnx_graph_kinds as _kinds
 from . import _flax_nnx_graph_replay as _replay
 from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
@@ -513,6 +514,10 @@ def attach() -> bool:
         if _verdict is None:
             _verdict = _mirrored_code.recognise("flax", MIRRORED, _known_flax.KNOWN_CODE)
         if not _verdict:
+            return False
+        kinds_differ = _kinds.kinds_differ()
+        if kinds_differ is not None:
+            _verdict = _mirrored_code.Verdict(None, f"fastree: {kinds_differ}")
             return False
         if not _records_known(graphlib) or graphlib.RefMap is not graphlib.PythonRefMap:
             _verdict = _mirrored_code.Verdict(None, "flax: graphlib's records or RefMap are "
