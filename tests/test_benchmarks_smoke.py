@@ -747,7 +747,7 @@ def test_charts_draw_every_panel(tmp_path: Path) -> None:
     write_detail_chart(result, tmp_path / "details.png")
     from benchmarks.report.chart import caption
 
-    assert "Python 3.x" in caption(result) and "test cpu" in caption(result)
+    assert "Python 3.x" in caption(result, "") and "test cpu" in caption(result, "")
     assert (tmp_path / "chart.png").stat().st_size > 10_000
     assert (tmp_path / "details.png").stat().st_size > 10_000
     # Nothing to compare: a note, not an empty picture.

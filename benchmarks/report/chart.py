@@ -47,8 +47,9 @@ MEMORY_RANGE = (0.0, 300.0)
 """Bytes per treedef node on the memory panel."""
 
 
-def write_chart(result: RunResult, path: Path) -> None:
-    """Raises Unsupported (matplotlib missing, or nothing to draw) so the caller can note it."""
+def write_chart(result: RunResult, path: Path, footer: str | None = None) -> None:
+    """Raises Unsupported (matplotlib missing, or nothing to draw) so the caller can note it.
+    ``footer``: the caption's last line, where the run's report is (default: ``own_report``)."""
     plt = pyplot()
     means = mean_ratios(result)
     competitors = [
@@ -87,13 +88,29 @@ def write_chart(result: RunResult, path: Path) -> None:
         fontsize=14,
         fontweight="bold",
     )
-    figure.supxlabel(caption(result), fontsize=9, ha="left", x=0.01, wrap=True)
+    figure.supxlabel(
+        caption(result, footer or own_report(result, path.parent)),
+        fontsize=9,
+        ha="left",
+        x=0.01,
+        wrap=True,
+    )
     figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
-def caption(result: RunResult) -> str:
-    """What ran, in a few lines: trees, operations, versions, machine, rounds and confidence."""
+def own_report(result: RunResult, folder: Path) -> str:
+    """A chart's footer naming its own run: the report beside it, the run's mode and date. Only
+    the published run's charts point at the published run (publish.py gives them their footer)."""
+    return (
+        f"Every figure with its interval: report.md beside this chart, in {folder}/ (this "
+        f"{result.settings.get('mode', '?')} run of {result.environment.get('date', '?')})."
+    )
+
+
+def caption(result: RunResult, footer: str) -> str:
+    """What ran, in a few lines: trees, operations, versions, machine, rounds and confidence;
+    then ``footer``, where the report with every figure is."""
     env, settings = result.environment, result.settings
     trees = [tree.name for tree in result.trees]
     versions = ", ".join(f"{name} {version}" for name, version in result.libraries.items())
@@ -124,8 +141,7 @@ def caption(result: RunResult) -> str:
         )
         + ". An interval covers the rounds of this one run, under its load: not the spread "
         "between runs, which on a shared machine is wider (python -m benchmarks.report.compare).",
-        "Every figure with its interval: the run's report.md (the published run: "
-        "benchmarks/published/report.md).",
+        footer,
     ]
     return "\n".join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.data.operations import MEMORY_OP, OPERATIONS
 from benchmarks.measure.results import Row, RunResult
-from benchmarks.report.chart import caption
+from benchmarks.report.chart import caption, own_report
 from benchmarks.report.palette import SAME_COLOR, SLOWER_COLOR, label_of
 from benchmarks.report.plotting import pyplot, speedup_label
 from benchmarks.unsupported import Unsupported
@@ -27,8 +27,9 @@ ROW_INCHES = 0.34
 PANEL_EXTRA_INCHES = 1.3
 
 
-def write_detail_chart(result: RunResult, path: Path) -> None:
-    """Raises Unsupported when there is nothing to draw (no peer ratios)."""
+def write_detail_chart(result: RunResult, path: Path, footer: str | None = None) -> None:
+    """Raises Unsupported when there is nothing to draw (no peer ratios). ``footer``: the
+    caption's last line, where the run's report is (default: ``chart.own_report``)."""
     plt = pyplot()
     from matplotlib import colormaps
 
@@ -61,7 +62,8 @@ def write_detail_chart(result: RunResult, path: Path) -> None:
         fontsize=14,
         fontweight="bold",
     )
-    figure.supxlabel(caption(result), fontsize=9, ha="left", x=0.01)
+    footer = footer or own_report(result, path.parent)
+    figure.supxlabel(caption(result, footer), fontsize=9, ha="left", x=0.01)
     figure.savefig(path, dpi=90)
     plt.close(figure)
 

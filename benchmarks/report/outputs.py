@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.measure.results import Note, RunResult
-from benchmarks.report.chart import write_chart
+from benchmarks.report.chart import own_report, write_chart
 from benchmarks.report.chart_details import write_detail_chart
 from benchmarks.report.markdown import render_markdown
 from benchmarks.unsupported import Unsupported
@@ -23,13 +23,18 @@ CHART_PNG = "chart.png"
 DETAILS_PNG = "chart_details.png"
 
 
-def write_report_files(result: RunResult, out: Path, header: str = "") -> list[Path]:
+def write_report_files(
+    result: RunResult, out: Path, header: str = "", footer: str | None = None
+) -> list[Path]:
     """Draw chart.png and chart_details.png and write report.md (``header`` first) into ``out``;
-    the paths written. A chart that cannot be drawn (no matplotlib, nothing to compare) is left
-    out with a note in ``result.skipped``, which report.md lists."""
+    the paths written. The charts' footer says where their report is: ``footer``, or by default
+    report.md in ``out``, this run's own (``chart.own_report``). A chart that cannot be drawn (no
+    matplotlib, nothing to compare) is left out with a note in ``result.skipped``, which
+    report.md lists."""
     out.mkdir(parents=True, exist_ok=True)
-    chart = draw(write_chart, result, out / CHART_PNG, "chart")
-    details = draw(write_detail_chart, result, out / DETAILS_PNG, "detail chart")
+    footer = footer or own_report(result, out)
+    chart = draw(write_chart, result, out / CHART_PNG, footer, "chart")
+    details = draw(write_detail_chart, result, out / DETAILS_PNG, footer, "detail chart")
     report = out / REPORT_MD
     report.write_text(
         header
@@ -39,11 +44,15 @@ def write_report_files(result: RunResult, out: Path, header: str = "") -> list[P
 
 
 def draw(
-    drawer: Callable[[RunResult, Path], None], result: RunResult, path: Path, what: str
+    drawer: Callable[[RunResult, Path, str], None],
+    result: RunResult,
+    path: Path,
+    footer: str,
+    what: str,
 ) -> Path | None:
     """``path`` once drawn; None, with a note in the results, when it cannot be drawn."""
     try:
-        drawer(result, path)
+        drawer(result, path, footer)
     except Unsupported as reason:
         result.skipped.append(Note(None, None, what, str(reason)))
         print(f"{what} skipped: {reason}", file=sys.stderr)

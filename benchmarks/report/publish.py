@@ -44,6 +44,11 @@ HEADER = (
     "benchmarks/report/publish.py) from results.json beside this file; do not edit by hand. "
     "-->\n\n"
 )
+CHART_FOOTER = (
+    "Every figure with its interval: the published run's report.md, beside this chart in "
+    "benchmarks/published/ ({mode} run of {date})."
+)
+"""The published charts' last caption line: only they point at the published run."""
 REBUILT_HEADER = (
     "<!-- Rebuilt by `python -m benchmarks.report` from {source} ({mode} run of {date}); do not "
     "edit by hand. -->\n\n"
@@ -85,15 +90,14 @@ def publish(
             )
         except (OSError, ValueError) as error:
             raise NotPublishable(f"{readme}: {error}") from None
-    header = HEADER.format(
-        mode=result.settings.get("mode", "?"), date=result.environment.get("date", "?")
-    )
+    run = {"mode": result.settings.get("mode", "?"), "date": result.environment.get("date", "?")}
+    header = HEADER.format(**run)
     destination.mkdir(parents=True, exist_ok=True)
     # Drawn and written beside the published files first, moved in only once all of them are:
     # a failure leaves the published run as it was.
     with tempfile.TemporaryDirectory(dir=destination.parent, prefix=".publishing-") as staging:
         skipped_before = len(result.skipped)
-        staged = write_report_files(result, Path(staging), header)
+        staged = write_report_files(result, Path(staging), header, CHART_FOOTER.format(**run))
         if len(result.skipped) > skipped_before:
             notes = "; ".join(note.reason for note in result.skipped[skipped_before:])
             del result.skipped[skipped_before:]
