@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import site
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 from typing import Any
 
 
@@ -47,10 +50,42 @@ def source_revision() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The repository this suite runs from."""
+
+
 def fastree_location() -> str | None:
-    """Where the fastree that ran was imported from (an editable build, a wheel...)."""
-    module = sys.modules.get("fastree")
-    return getattr(module, "__file__", None)
+    """Where the fastree that ran was imported from, its package and its compiled core, without
+    the machine's own paths (the published results.json is read on other machines): e.g.
+    ``source checkout: python/fastree/__init__.py, build/.../_core....so`` for an editable build,
+    ``site-packages: fastree/__init__.py, fastree/_core....so`` for a wheel."""
+    modules = [sys.modules.get(name) for name in ("fastree", "fastree._core")]
+    files = [getattr(module, "__file__", None) for module in modules]
+    places: dict[str, list[str]] = {}
+    for file in filter(None, files):
+        where, relative = place(Path(file), CHECKOUT, site_dirs())
+        places.setdefault(where, []).append(relative)
+    return "; ".join(f"{where}: {', '.join(paths)}" for where, paths in places.items()) or None
+
+
+def site_dirs() -> list[Path]:
+    """This interpreter's site-packages folders (an installed wheel's home)."""
+    paths = sysconfig.get_paths()
+    found = [paths.get("purelib"), paths.get("platlib"), *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        found.append(site.getusersitepackages())
+    return [Path(path).resolve() for path in dict.fromkeys(filter(None, found))]
+
+
+def place(path: Path, checkout: Path, sites: list[Path]) -> tuple[str, str]:
+    """(``site-packages``, ``source checkout`` or ``elsewhere``; the path relative to it). A
+    site-packages folder inside the checkout (a venv in it) counts as site-packages."""
+    path = path.resolve()
+    for where, roots in (("site-packages", sites), ("source checkout", [checkout])):
+        for root in roots:
+            if path.is_relative_to(root):
+                return where, path.relative_to(root).as_posix()
+    return "elsewhere", f"{path.parent.name}/{path.name}"
 
 
 def missing_device(device: str) -> str | None:
