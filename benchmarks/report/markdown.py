@@ -19,6 +19,7 @@ from benchmarks.report.grid import (
     variant_groups,
 )
 from benchmarks.report.notes import grouped_notes
+from benchmarks.report.paired import PAIRED, why_not_the_quotient
 from benchmarks.report.palette import HEADLINE_COMPETITORS
 from benchmarks.workloads.base import FLOOR
 
@@ -260,7 +261,10 @@ def _workloads(result: RunResult) -> list[str]:
         "user starts a program with it). Both build the workload and warm it up, their results "
         "must fingerprint the same, then they take turns timing it, round after round. "
         "**speedup = plain / installed, > 1 "
-        "means installing fastree made it faster**; `=` marks an interval that includes 1.0×.",
+        "means installing fastree made it faster**; `=` marks an interval that includes 1.0×. "
+        f"The speedup is {PAIRED} (under the same load), while the plain and installed columns "
+        "are each process's median over the rounds, taken apart, so their quotient can differ "
+        "from it; a row whose quotient lies outside the speedup's interval says so.",
         "",
     ]
     for group in dict.fromkeys(row.group for row in workloads):
@@ -285,9 +289,11 @@ def _workload_line(row: WorkloadRow) -> str:
     else:
         speedup = format_interval(row.speedup, row.speedup_low, row.speedup_high, "×")
         mark = VERDICT_MARK.get(row.verdict or "same", "")
+        note = why_not_the_quotient(row)
         cells = (
             f"{format_value(row.plain, 'ns', micro='µs')} | "
             f"{format_value(row.installed, 'ns', micro='µs')} | **{speedup}**{mark} "
+            + (f"({note}) " if note else "")
         )
     return f"| **{row.name}**: {row.description} | {cells}| {row.why} |"
 

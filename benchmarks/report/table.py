@@ -6,6 +6,7 @@ from benchmarks.measure.results import RunResult
 from benchmarks.report import floor
 from benchmarks.report.format import format_interval, format_ratio, format_value
 from benchmarks.report.grid import tree_blocks
+from benchmarks.report.paired import PAIRED, table_note
 
 
 def render_table(result: RunResult) -> str:
@@ -60,7 +61,8 @@ def render_workloads(result: RunResult) -> str:
     out = [
         "",
         "== end-to-end workloads, a plain and an installed-first process taking turns; "
-        "speedup = plain / installed [interval], > 1 means installing fastree helps",
+        "speedup = plain / installed [interval], > 1 means installing fastree helps; "
+        f"it is {PAIRED}, the columns each process's median",
         f"{'workload':<{width}}  {'plain':>10}  {'installed':>10}  speedup",
     ]
     for row in result.workloads:
@@ -68,9 +70,12 @@ def render_workloads(result: RunResult) -> str:
             out.append(f"{row.name:<{width}}  not run: {row.not_run}")
             continue
         speedup = format_interval(row.speedup, row.speedup_low, row.speedup_high)
+        note = table_note(row)
         out.append(
             f"{row.name:<{width}}  {format_value(row.plain, 'ns'):>10}  "
-            f"{format_value(row.installed, 'ns'):>10}  {speedup} ({row.verdict})"
+            f"{format_value(row.installed, 'ns'):>10}  {speedup} ({row.verdict}"
+            + (f"; {note}" if note else "")
+            + ")"
             + floor.table_suffix(row)
         )
     return "\n".join(out) + "\n"
