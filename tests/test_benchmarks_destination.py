@@ -79,6 +79,18 @@ def test_each_kind_of_run_has_a_default_folder_of_its_own() -> None:
     assert long.parent == Path("bench_out") and len(long.name) <= 80
 
 
+def test_help_states_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "bench_out/ for the unfiltered quick run, bench_out/full/ for the unfiltered" in text
+    assert "bench_out/full-only-flatten_transformer/ for --only 'flatten/transformer*'" in text
+    assert "The run prints where it writes" in text
+    assert "--overwrite replace the run files in --out even when they hold another kind" in text
+    assert "a pattern that matches nothing in the run is refused, with the valid names" in text
+    assert "gpu needs a GPU that JAX sees (jax.devices()): without one the run is refused" in text
+
+
 def test_the_readme_example_names_the_folder_the_run_writes() -> None:
     text = " ".join((REPO_ROOT / "README.md").read_text().split())
     example = re.search(
