@@ -41,7 +41,7 @@ def run_kind(
     return {
         "mode": mode,
         "only": sorted(set(only)),
-        "leaves": "default" if leaves in (None, "default") else list(leaves),
+        "leaves": "default" if leaves in (None, "default") else sorted(set(leaves)),
         "device": device,
         "baseline": baseline,
     }
