@@ -213,7 +213,7 @@ class Checker:
         self.flax = flax_nnx_graph._graph.flax_flatten
         self.walks = 0  # calls of flax's Python walk (graphlib._graph_flatten)
         # Counted by a profile hook on its code, not by replacing it: a replaced mirrored
-        # function sends every call back to flax (flax_nnx_graph._code_replaced).
+        # function sends every call back to flax (_flax_nnx_graph_tables.code_replaced).
         self.walk_code = env.graphlib._graph_flatten.__code__
         self.report: dict[str, dict[str, list]] = {}
         self.case = ""

@@ -192,7 +192,7 @@ def fallback_child() -> dict:
     walks = [0]
     walk_code = graphlib._graph_flatten.__code__
 
-    def profile(frame, event, arg):  # counts flax's walk without replacing it (see _code_replaced)
+    def profile(frame, event, arg):  # counts flax's walk without replacing it (see code_replaced)
         if event == "call" and frame.f_code is walk_code:
             walks[0] += 1
 

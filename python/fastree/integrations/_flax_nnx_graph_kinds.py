@@ -1,5 +1,5 @@
 """The kinds of type flax's graph walks meet: the codes of ``enum Kind`` in csrc/nnx/nnx_graph.h,
-which the Python side's table (``flax_nnx_graph._Graph``) hands the C walks. Each code is read
+which the Python side's table (``_flax_nnx_graph_tables.Graph``) hands the C walks. Each code is read
 from the C module (``_core.NNX_GRAPH_KINDS``: the kinds' names, a code its position), never
 written here; :func:`kinds_differ` is attach's check that the two sides name the same kinds.
 Kept here once for the modules that classify and check (flax_nnx_graph,

@@ -21,6 +21,7 @@ Nothing here calls a user's function: the walks below stop at a node that would.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import gc
@@ -278,23 +279,28 @@ def in_graph(graph: Any, root: Any) -> bool:
 
 @_or_true_on_error
 def in_state(graph: Any, state: Any) -> bool:
-    """Whether an update from ``state`` (nested States and dicts of Variables) compares a
-    metadata value with a user's ``==`` (:func:`metadata_runs_user_code`), holds a key of a
-    user's class, or a mapping of a class other than flax's State and dict. True also when that
-    cannot be told."""
+    """Whether an update or merge from ``state`` (nested States and dicts of Variables, or a
+    FlatState's or list's leaves) compares a metadata value with a user's ``==``
+    (:func:`metadata_runs_user_code`), holds a key of a user's class, or a mapping of a user's
+    class. True also when that cannot be told."""
     state_type = sys.modules["flax.nnx.statelib"].State
+    flat_state = getattr(graph.graphlib, "FlatState", None)
     stack = [state]
     while stack:
         obj = stack.pop()
         if type(obj) is state_type:
             obj = object.__getattribute__(obj, "_mapping")
-        if type(obj) is dict:
+        if type(obj) is flat_state:
+            stack.extend(obj.leaves)  # (unflatten's state: its paths are strs and ints)
+        elif type(obj) in (list, tuple):
+            stack.extend(obj)
+        elif type(obj) is dict:
             if any(_key_runs_user_code(key) for key in obj):
                 return True
             stack.extend(obj.values())
         elif graph.kind_of(type(obj))[0] == VARIABLE:
             if metadata_runs_user_code(obj):
                 return True
-        elif not library_class(type(obj)):
-            return True
+        elif isinstance(obj, collections.abc.Mapping) and not library_class(type(obj)):
+            return True  # a user's mapping: walking it runs its methods
     return False
