@@ -234,3 +234,20 @@ def test_a_class_fingerprint_leaves_out_methods_made_at_run_time():
     assert fingerprint(Record) == before
     Record.describe = lambda self: "patched"  # a method with other source: another class
     assert fingerprint(Record) != before
+
+
+def test_the_porting_guide_release_table_lists_the_known_code_tables():
+    # docs/porting-library-integrations.md's table names, per library, each KNOWN_CODE entry in
+    # order, separated by ";" before any parenthesis: it cannot drift from the tables.
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "docs"
+             / "porting-library-integrations.md").read_text()
+    rows = {}
+    for line in guide.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in ("flax", "equinox", "chex"):
+            rows[cells[0]] = [part.strip() for part in cells[1].split(" (")[0].split(";")]
+    assert rows == {"flax": list(_known_flax.KNOWN_CODE),
+                    "equinox": list(_known_equinox.KNOWN_CODE),
+                    "chex": list(_known_chex.KNOWN_CODE)}

@@ -1,5 +1,5 @@
-"""flax.nnx graph walks against the fifth red-team round's findings: each program runs in child
-processes, once with plain flax and once with fastree installed into JAX (so that a crash fails
+"""flax.nnx graph walks where user code runs mid-walk, and what the walks keep alive: each
+program runs in child processes, once with plain flax and once with fastree installed into JAX (so that a crash fails
 the test rather than the run), and the two outcomes must be the same.
 
 Pinned here: what Python code run in the middle of a native walk may change (a GraphDef's

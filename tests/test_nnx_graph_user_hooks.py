@@ -1,7 +1,7 @@
 """flax.nnx graph mode installed calls a user's hooks as often as flax does, beyond node functions.
 
 ``test_nnx_graph_user_code.py`` covers a user's graph-node and pytree functions. These are the
-other places a graph walk runs user code (red-team review of the split replay, 2026-11-27):
+other places a graph walk runs user code:
 
 - ``getattr``: a Module whose ``__getattribute__`` is the user's. flax's walks read a Pytree's
   ``__dict__`` and ``_pytree__*`` flags, and its ``isinstance`` checks read ``__class__``,

@@ -1,5 +1,5 @@
 // Error texts that differ between JAX releases. fastree matches the installed JAX: the Python
-// layer asks it once at import (fastree/_jax_bridge.py) and sets these.
+// layer asks it once at import (fastree/jax_interop/bridge.py) and sets these.
 #pragma once
 
 namespace fastree {

@@ -3,9 +3,9 @@
 // Why makers: jaxlib's key classes are nanobind types, and making an instance when memory runs
 // out ends the process (nanobind lets std::bad_alloc escape a noexcept frame while it grows its
 // table of live instances; jaxlib's own flatten_one_level_with_keys crashes the same way). The
-// makers the Python layer installs (python/fastree/_key_makers.py) first make sure the address
-// space needed is there, raising MemoryError when it is not, and only then call the classes. The
-// classes themselves are called here only if no maker is installed.
+// makers the Python layer installs (python/fastree/jax_interop/key_makers.py) first make sure the
+// address space needed is there, raising MemoryError when it is not, and only then call the
+// classes. The classes themselves are called here only if no maker is installed.
 //
 // Why cached: JAX's key entries are immutable (read-only properties), so equal entries can be
 // shared, and making one costs far more than reusing it. Cached for the process:
