@@ -28,6 +28,12 @@ def main() -> int:
         flags = os.environ.get("XLA_FLAGS", "")
         if HOST_DEVICE_FLAG not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICE_FLAG}".strip()
+    if args.runs > 1:
+        # Each run in a process of its own (which sets XLA_FLAGS for itself); this one only
+        # starts them, then pools what they wrote.
+        from benchmarks.pooled import run_pooled
+
+        return run_pooled(args)
     # Imported here, after XLA_FLAGS is final: the runner imports JAX.
     from benchmarks.runner import run_from_args
 

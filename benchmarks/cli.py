@@ -87,6 +87,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "workloads (default: 5 with --quick, 7 without); more rounds, narrower intervals",
     )
     parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="make N runs one after another, each a fresh process (python -m benchmarks with the "
+        "same options, into DIR/runs/1 ... DIR/runs/N), then pool them into DIR: each figure is "
+        "the runs' median and its interval covers the spread between runs, where a new run's "
+        "figure lands (benchmarks/measure/stats.py, across_runs); N times as long. The published "
+        "run is pooled from 3 (default: 1, a single run)",
+    )
+    parser.add_argument(
         "--publish",
         "--write-results",  # its earlier name
         dest="publish",
@@ -115,6 +126,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         )
     if args.workload_rounds is not None and args.workload_rounds < 1:
         parser.error("--workload-rounds must be at least 1")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     if args.out is None:
         args.out = default_out(kind_of_args(args))
     return args

@@ -25,6 +25,7 @@ from benchmarks.measure.results import RunResult
 from benchmarks.report import readme as readme_blocks
 from benchmarks.report.markdown import render_markdown
 from benchmarks.report.outputs import CHART_PNG, DETAILS_PNG, REPORT_MD, RESULTS_JSON
+from benchmarks.report import stacks as other_stacks
 from benchmarks.report.publish import HEADER, PUBLISHED_DIR, why_not_publishable
 from benchmarks.runner import plan
 from benchmarks.settings import settings_for
@@ -32,8 +33,8 @@ from benchmarks.workloads import WORKLOADS
 
 README = REPO_ROOT / "README.md"
 REPUBLISH = (
-    "publish again: python -m benchmarks --quick --publish (or, if only the report's code "
-    "changed, python -m benchmarks.report --publish benchmarks/published/results.json)"
+    "publish again: python -m benchmarks --quick --publish --runs 3 (or, if only the report's "
+    "code changed, python -m benchmarks.report --publish benchmarks/published/results.json)"
 )
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?×(?: \[[\d.,]+–[\d.,]+\])?")
 """A ratio as the report writes it, with its interval when it has one: ``3.76× [3.39–4.06]``."""
@@ -69,9 +70,27 @@ def test_the_published_report_is_its_runs(published: RunResult) -> None:
 
 def test_the_readme_blocks_are_the_published_runs(published: RunResult) -> None:
     text = README.read_text()
-    expected = readme_blocks.render_blocks(published, README, PUBLISHED_DIR)
+    entries = other_stacks.read_entries(PUBLISHED_DIR / other_stacks.STACKS_JSON)
+    expected = readme_blocks.render_blocks(published, README, PUBLISHED_DIR, entries)
     for name in readme_blocks.BLOCKS:
         assert readme_blocks.read_block(text, name) == expected[name], f"README {name}: {REPUBLISH}"
+    # The other stacks' table: from benchmarks/published/stacks.json, the published run first.
+    stacks_block = readme_blocks.read_block(text, readme_blocks.STACKS)
+    assert stacks_block == expected.get(readme_blocks.STACKS), (
+        "README stacks: python -m benchmarks.report --stacks OTHER_STACK/results.json ..."
+    )
+
+
+def test_the_published_run_says_its_stack_and_names_no_machine_path(published: RunResult) -> None:
+    stack = other_stacks.stack_of(published)
+    assert stack.flax, "the published run does not say which flax it ran with"
+    summary = readme_blocks.read_block(README.read_text(), "summary") or ""
+    assert stack.describe() in " ".join(summary.split())
+    for path in sorted(PUBLISHED_DIR.iterdir()):
+        if path.suffix in (".json", ".md"):
+            machine = re.findall(r"(?<![\w:/.~-])/(?:home|work|tmp|root|Users|usr|opt|var)/\S*",
+                                 path.read_text())  # fmt: skip
+            assert not machine, f"{path.name} names the machine's paths: {machine[:3]}"
 
 
 def test_every_readme_figure_is_in_the_published_report() -> None:
@@ -116,7 +135,7 @@ def test_every_gpu_figure_is_in_the_gpu_run() -> None:
 
 def test_the_readme_quotes_no_figure_outside_the_published_blocks() -> None:
     text = GPU_BLOCK.sub("", README.read_text())
-    for name in readme_blocks.BLOCKS:
+    for name in (*readme_blocks.BLOCKS, readme_blocks.STACKS):
         text = readme_blocks.block_pattern(name).sub("", text)
     stray = sorted(set(FIGURE.findall(text)) - UNMEASURED) + sorted(set(TIME.findall(text)))
     assert not stray, (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import site
 import subprocess
 import sys
@@ -88,6 +89,41 @@ def place(path: Path, checkout: Path, sites: list[Path]) -> tuple[str, str]:
     return "elsewhere", f"{path.parent.name}/{path.name}"
 
 
+MACHINE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.+@~-]+/)+[\w.+@~-]*")
+"""An absolute path of two parts or more (``/home/me/x``), not ``op/tree`` nor a URL's ``//``."""
+
+
+def without_machine_paths(text: str) -> str:
+    """``text`` with every absolute path made relative to where it lies, as ``place`` says:
+    ``/home/me/fastree/python/fastree/__init__.py`` -> ``source checkout: python/...`` when the
+    whole text is the path (an older results.json's ``fastree_location``), else the path alone,
+    relative (``python/fastree/__init__.py``, ``site-packages/fastree/_core.so``, or
+    ``.../parent/name`` for anywhere else). A published results.json is read on other machines."""
+    whole = MACHINE_PATH.fullmatch(text)
+    sites = site_dirs()
+    if whole:
+        where, relative = place(Path(text), CHECKOUT, sites)
+        return f"{where}: {relative}"
+
+    def relative(match: re.Match[str]) -> str:
+        where, path = place(Path(match.group(0)), CHECKOUT, sites)
+        return {"source checkout": path, "site-packages": f"site-packages/{path}"}.get(
+            where, f".../{path}"
+        )
+
+    return MACHINE_PATH.sub(relative, text)
+
+
+def package_version(name: str) -> str | None:
+    """The installed distribution's version, or None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
 def missing_device(device: str) -> str | None:
     """Why the run cannot put its leaves on ``device`` (None: it can): a "gpu" run on a machine
     whose JAX sees no GPU would time the host and label it gpu."""
@@ -112,6 +148,11 @@ def describe(device: str, versions: dict[str, str], memory_method: str | None) -
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
+        # The stack the figures come from (the README's first screen names it): JAX and flax
+        # whether or not this run imported them (flax only loads for the nnx cells and workloads).
+        "jax": package_version("jax"),
+        "jaxlib": package_version("jaxlib"),
+        "flax": package_version("flax"),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "cpu": cpu_model(),

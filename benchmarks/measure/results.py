@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
-"""2: ratios carry an interval and a verdict; workloads are timed in child processes."""
+SCHEMA_VERSION = 3
+"""2: ratios carry an interval and a verdict; workloads are timed in child processes. 3: a
+result may pool several runs (``runs``, and each row's and workload's ``runs``)."""
+READABLE_SCHEMAS = (2, 3)
+"""Schemas this suite reads: a schema-2 file is one run, read as a schema-3 one with no runs."""
 
 TIME_UNIT = "ns"
 MEMORY_UNIT = "bytes/node"
@@ -48,7 +51,12 @@ class Row:
     verdict: str | None = None
     """From the baseline's side: "faster" (interval above 1), "slower" (below), "same"."""
     samples: list[float] = field(default_factory=list)
-    """Every round's time per call (memory: every probe's bytes/node), in the order they ran."""
+    """Every round's time per call (memory: every probe's bytes/node), in the order they ran
+    (pooled: every run's, run after run)."""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Pooled (``benchmarks.measure.pooling``): per run that had this cell, in run order, its own
+    figures (run, median, min, ratio, ratio_low, ratio_high, confidence, repeats, loops,
+    samples); the fields above are then the pooled ones. Empty for a single run."""
 
 
 @dataclass
@@ -125,6 +133,9 @@ class WorkloadRow:
     floor: dict[str, FloorDistance] = field(default_factory=dict)
     """"plain" / "installed" -> that process's distance from the builtin-shape floor; empty for a
     workload without a floor."""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Pooled: per run, in run order, its own figures (run, plain, installed, speedup,
+    speedup_low, speedup_high, confidence, rounds, samples, floor, not_run); empty for one run."""
 
 
 @dataclass
@@ -143,7 +154,17 @@ class RunResult:
     workloads: list[WorkloadRow] = field(default_factory=list)
     """End-to-end workloads, plain vs fastree installed first."""
     duration_s: float = 0.0
+    """Seconds the run took (pooled: all its runs together)."""
     schema: int = SCHEMA_VERSION
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Pooled from several runs made in separate processes: one entry per run, in the order they
+    ran (its date, duration, load, revision and results file), and every figure is pooled
+    (``stats.across_runs``). Empty for a single run."""
+
+    @property
+    def pooled_runs(self) -> int:
+        """How many runs this result's figures come from (1 for a single run)."""
+        return max(len(self.runs), 1)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=False)
@@ -151,10 +172,10 @@ class RunResult:
     @classmethod
     def from_json(cls, text: str) -> RunResult:
         data = json.loads(text)
-        if data.get("schema") != SCHEMA_VERSION:
+        if data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(
-                f"results.json of schema {data.get('schema')}; this suite reads schema "
-                f"{SCHEMA_VERSION} (rerun python -m benchmarks to get one)"
+                f"results.json of schema {data.get('schema')}; this suite reads schemas "
+                f"{', '.join(map(str, READABLE_SCHEMAS))} (rerun python -m benchmarks to get one)"
             )
         return cls(
             environment=data["environment"],
@@ -167,7 +188,8 @@ class RunResult:
             excluded=[Note(**n) for n in data["excluded"]],
             workloads=[_workload_row(w) for w in data.get("workloads", [])],
             duration_s=data["duration_s"],
-            schema=data["schema"],
+            schema=SCHEMA_VERSION,
+            runs=data.get("runs", []),
         )
 
     def write(self, path: Path) -> None:

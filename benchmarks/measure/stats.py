@@ -25,6 +25,11 @@ Why these statistics and not a timing library's:
   resampled median takes only a few values) and covers less than it claims at such sizes; the
   order-statistic interval is exact at every n.
 
+Several runs of the suite, each in its own processes, are pooled cell by cell with
+``across_runs``: the median of the runs' figures, with an interval that covers where a new run's
+figure lands (the spread between runs), not only one run's rounds. That is what the published run
+quotes (``python -m benchmarks --runs N``, ``benchmarks.measure.pooling``).
+
 The interval's ranks come from SciPy (``scipy.stats.quantile_test``, and ``binom`` for the
 coverage), which JAX itself depends on: no new dependency, and no hand-written distribution code.
 """
@@ -62,7 +67,9 @@ class Estimate:
     rounds: int
     confidence: float
     """Probability that [low, high] covers the true median ratio (at least CONFIDENCE when there
-    were 5 rounds or more)."""
+    were 5 rounds or more); pooled over runs (``across_runs``), that it covers a new run's value."""
+    runs: int = 1
+    """Runs, made in separate processes, whose estimates were pooled (``across_runs``)."""
 
     @property
     def verdict(self) -> str:
@@ -135,3 +142,52 @@ def median(values: Sequence[float]) -> float:
 def paired(numerators: Sequence[float], denominators: Sequence[float]) -> Estimate:
     """estimate() of numerator[i] / denominator[i], round by round."""
     return estimate([n / d for n, d in zip(numerators, denominators, strict=True)])
+
+
+# ------------------------------------------------------------------------------------------------
+# several runs, pooled
+
+
+def across_runs(runs: Sequence[Estimate], confidence: float = CONFIDENCE) -> Estimate:
+    """One cell's figure pooled from runs made in separate processes: where a new run lands.
+
+    A run's interval (``estimate``) covers its own rounds' median, under its own load; a run made
+    later, in another process, shifts by more than that (where its memory landed, what else the
+    machine ran), so a second run's figure falls outside the first's interval in about half the
+    cells. The pooled figure answers the question a reader asks instead: where will my run's
+    figure land?
+
+    - value: the median of the runs' values (one disturbed run moves it by at most one rank);
+    - interval: the hull of two things, so it is never narrower than either:
+      - a prediction interval for one more run's value from the runs' values, on the log scale
+        (ratios multiply): ``mean ± t(k-1) · s · sqrt(1 + 1/k)``, with k runs, s the standard
+        deviation of their log values and t Student's quantile for ``confidence``. It covers the
+        value of a new run of the same kind on the same stack with probability ``confidence``
+        when the log values are roughly normal; s holds both the spread between runs and each
+        run's own rounds' noise, since each run's value carries both;
+      - every run's own interval: with few runs, s can come out small by chance (three runs that
+        happen to agree); each run's interval keeps its rounds' noise in the pooled one, and with
+        it the range of the runs' values.
+
+    One run (k = 1) is that run's own estimate. The pooled ``confidence`` is the prediction's;
+    ``rounds`` counts the rounds of every run (so the verdict rule of ``Estimate`` holds).
+    """
+    from scipy import stats
+
+    if not runs:
+        raise ValueError("pooling needs at least one run")
+    if len(runs) == 1:
+        return runs[0]
+    logs = [math.log(run.value) for run in runs]
+    k = len(logs)
+    centre = statistics.fmean(logs)
+    spread = statistics.stdev(logs) * math.sqrt(1.0 + 1.0 / k)
+    t = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1))
+    return Estimate(
+        value=statistics.median(run.value for run in runs),
+        low=min(math.exp(centre - t * spread), *(run.low for run in runs)),
+        high=max(math.exp(centre + t * spread), *(run.high for run in runs)),
+        rounds=sum(run.rounds for run in runs),
+        confidence=confidence,
+        runs=k,
+    )

@@ -139,8 +139,15 @@ def caption(result: RunResult, footer: str) -> str:
             if workload_rounds
             else ""
         )
-        + ". An interval covers the rounds of this one run, under its load: not the spread "
-        "between runs, which on a shared machine is wider (python -m benchmarks.report.compare).",
+        + (
+            f". Pooled from {result.pooled_runs} runs made one after another: a figure is the "
+            "runs' median, its interval where a new run's figure lands (the spread between runs "
+            "and each run's rounds)."
+            if result.pooled_runs > 1
+            else ". An interval covers the rounds of this one run, under its load: not the spread "
+            "between runs, which on a shared machine is wider "
+            "(python -m benchmarks.report.compare)."
+        ),
         footer,
     ]
     return "\n".join(textwrap.fill(line, CAPTION_WIDTH) for line in lines)

@@ -5,6 +5,11 @@ covers"); two runs of the same code show the spread between runs, which a user s
 cell both runs timed (a peer's ratio on a tree and op; a workload's speedup), this counts the
 cells whose verdicts (faster / same / slower) differ, the cells whose intervals do not overlap,
 and how far the ratios moved, and lists the verdicts that changed. Nothing is timed.
+
+Coverage: with A the published run (pooled, its intervals saying where a new run lands) and B a
+new run, how many of A's intervals hold B's figure, N of M cells, and the same the other way.
+The published run's promise is that a new quick run on its stack lands inside at least
+COVERAGE_GOAL of them; the cells that miss are listed, furthest first.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from benchmarks.measure.results import MEMORY_UNIT, RunResult
 
 MOVED = 1.35
 """A ratio counts as moved when the two runs' values differ by more than this factor."""
+COVERAGE_GOAL = 0.90
+"""The share of the published intervals a new run on the published stack should land inside."""
+MISSES_LISTED = 15
+"""How many of the cells outside the intervals are listed (the furthest out)."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,45 @@ class Comparison:
             and (a.high < b.low or b.high < a.low)  # type: ignore[operator]
         ]
 
+    def inside(self, of_a: bool = True) -> list[tuple[Cell, Cell]]:
+        """Pairs where one run's interval holds the other's figure: A's interval and B's
+        figure (``of_a``, A the published run), or B's interval and A's figure."""
+        return [
+            (a, b)
+            for a, b in self.pairs
+            if _holds(a if of_a else b, (b if of_a else a).ratio)
+        ]
+
+    def with_interval(self, of_a: bool = True) -> list[tuple[Cell, Cell]]:
+        """Pairs where that run gave an interval (the cells coverage is counted over)."""
+        return [
+            (a, b)
+            for a, b in self.pairs
+            if None not in ((a if of_a else b).low, (a if of_a else b).high)
+        ]
+
+    def misses(self, of_a: bool = True) -> list[tuple[Cell, Cell]]:
+        """Pairs with an interval that does not hold the other run's figure, furthest out
+        first (by the factor between the figure and the nearer end)."""
+        inside = {id(pair[0]) for pair in self.inside(of_a)}
+        missed = [pair for pair in self.with_interval(of_a) if id(pair[0]) not in inside]
+        return sorted(missed, key=lambda pair: -_distance(pair, of_a))
+
     @property
     def moves(self) -> list[float]:
         """Per pair, the factor between the two ratios (>= 1)."""
         return [math.exp(abs(math.log(b.ratio / a.ratio))) for a, b in self.pairs]
+
+
+def _holds(cell: Cell, figure: float) -> bool:
+    return cell.low is not None and cell.high is not None and cell.low <= figure <= cell.high
+
+
+def _distance(pair: tuple[Cell, Cell], of_a: bool) -> float:
+    """How far out the other run's figure lies: figure / nearer end, as a factor >= 1."""
+    interval, other = pair if of_a else pair[::-1]
+    figure, low, high = other.ratio, interval.low or other.ratio, interval.high or other.ratio
+    return max(low / figure, figure / high, 1.0)
 
 
 def cells(result: RunResult) -> dict[str, Cell]:
@@ -100,7 +144,20 @@ def render(comparison: Comparison, a: RunResult, b: RunResult, names: tuple[str,
         f"intervals that do not overlap: {len(comparison.disjoint)} of {len(pairs)}",
         f"ratios that moved by more than {MOVED - 1:.0%}: {moved} of {len(pairs)} (median move "
         f"{statistics.median(moves) - 1:.1%})",
+        _coverage_line(comparison, True, a),
+        _coverage_line(comparison, False, b),
     ]
+    missed = comparison.misses(True)
+    if missed:
+        shown = missed[:MISSES_LISTED]
+        lines += [
+            "",
+            f"B's figures outside A's intervals ({len(missed)}"
+            + (f", the {len(shown)} furthest out" if len(shown) < len(missed) else "")
+            + "):",
+        ]
+        lines += [f"  {cell_a.name}: A {_cell(cell_a)}, B {cell_b.ratio:.2f}×" for cell_a, cell_b
+                  in shown]  # fmt: skip
     if changes:
         lines += ["", "verdicts that differ (A -> B):"]
         lines += [
@@ -109,11 +166,35 @@ def render(comparison: Comparison, a: RunResult, b: RunResult, names: tuple[str,
     return "\n".join(lines) + "\n"
 
 
+def coverage(comparison: Comparison, of_a: bool = True) -> tuple[int, int]:
+    """(cells whose interval holds the other run's figure, cells with an interval): A's
+    intervals and B's figures (``of_a``), or the other way."""
+    return len(comparison.inside(of_a)), len(comparison.with_interval(of_a))
+
+
+def _coverage_line(comparison: Comparison, of_a: bool, intervals_of: RunResult) -> str:
+    held, total = coverage(comparison, of_a)
+    share = held / total if total else 0.0
+    whose, figures = ("A's", "B's") if of_a else ("B's", "A's")
+    goal = ""
+    if of_a:
+        goal = f"; goal {COVERAGE_GOAL:.0%}: {'met' if share >= COVERAGE_GOAL else 'NOT met'}"
+    return (
+        f"coverage: {whose} intervals{_pooled(intervals_of)} holding {figures} figure: {held} of "
+        f"{total} cells ({share:.1%}{goal})"
+    )
+
+
+def _pooled(result: RunResult) -> str:
+    return f" ({result.pooled_runs} runs pooled)" if result.pooled_runs > 1 else ""
+
+
 def _run(result: RunResult) -> str:
     env = result.environment
     return (
         f"{result.settings.get('mode', '?')} run of {env.get('date', '?')}, "
         f"{env.get('source_revision') or 'revision unknown'}"
+        + (f", {result.pooled_runs} runs pooled" if result.pooled_runs > 1 else "")
     )
 
 
@@ -126,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.report.compare",
         description="Compare two runs' results.json: the cells both timed whose verdicts differ, "
-        "whose intervals do not overlap, and how far the ratios moved. Prints to stdout; "
-        "writes nothing.",
+        "whose intervals do not overlap, how far the ratios moved, and the coverage: how many "
+        "of A's intervals hold B's figure (A the published run, B a new one: the published "
+        "intervals should hold at least 90%% of a new run's figures on the published stack), "
+        "and the other way. Prints to stdout; writes nothing.",
     )
     parser.add_argument("a", type=Path, metavar="A_JSON")
     parser.add_argument("b", type=Path, metavar="B_JSON")

@@ -21,6 +21,7 @@ from benchmarks.report.grid import (
 from benchmarks.report.notes import grouped_notes
 from benchmarks.report.paired import PAIRED, why_not_the_quotient
 from benchmarks.report.palette import HEADLINE_COMPETITORS
+from benchmarks.report.stacks import stack_of
 from benchmarks.workloads.base import FLOOR
 
 VERDICT_MARK = {"faster": "", "same": " =", "slower": " **slower**"}
@@ -73,7 +74,9 @@ def _what_ran(result: RunResult) -> list[str]:
     trees = [tree for tree in result.trees]
     return [
         f"{settings['mode'].capitalize()} run of `{settings['command']}`, "
-        f"{env.get('date', '?')}, {result.duration_s:.0f} s: {len(trees)} trees, "
+        f"{env.get('date', '?')}, {result.duration_s:.0f} s"
+        + (pooled_text(result) if result.pooled_runs > 1 else "")
+        + f": {len(trees)} trees, "
         f"{len({row.op for row in result.rows})} operations, {len(result.workloads)} end-to-end "
         f"workloads. Python {env.get('python', '?')}; {versions}. Machine: {env.get('cpu', '?')}, "
         f"{env.get('cpu_count', '?')} cores"
@@ -81,6 +84,12 @@ def _what_ran(result: RunResult) -> list[str]:
         + f"{_workload_libraries(result)}.",
         "",
     ]
+
+
+def pooled_text(result: RunResult) -> str:
+    """`` in all, 3 runs pooled (started 2026-01-02T..., ..., ...)``: a pooled run's runs."""
+    dates = ", ".join(str(run.get("date", "?")) for run in result.runs)
+    return f" in all, {result.pooled_runs} runs pooled (started {dates})"
 
 
 def load_text(env: dict[str, Any]) -> str:
@@ -143,6 +152,13 @@ def _precision(result: RunResult) -> list[str]:
             "pair's processes, so a difference between processes (where their memory landed, "
             "say) is sampled only as often as there are pairs.",
         ]
+    if result.pooled_runs > 1:
+        lines += [
+            "",
+            f"Pooled from {result.pooled_runs} runs: the rounds and intervals above are every "
+            "run's together (each run's own figures and samples are in results.json, under "
+            "`runs`); the confidence of a pooled interval is that of its prediction part.",
+        ]
     lines += ["", interval_scope(result)]
     if settings.get("mode") == "quick":
         lines += [
@@ -157,6 +173,19 @@ def _precision(result: RunResult) -> list[str]:
 def interval_scope(result: RunResult) -> str:
     """What an interval covers, said plainly (the report's Precision and the charts' captions)."""
     settings = result.settings
+    if result.pooled_runs > 1:
+        return (
+            f"**What an interval covers**: where a new run's figure lands. The figures are pooled "
+            f"from {result.pooled_runs} runs of the same command made one after another, each in "
+            "processes of its own: a figure is the median of the runs' figures, and its interval "
+            "the hull of every run's own interval and a "
+            f"{settings.get('confidence', 0.9):.0%} prediction interval for one more run's "
+            "figure, drawn from the spread between the runs (`stats.across_runs` in "
+            "`benchmarks/measure/stats.py`). So it holds the spread between runs on this stack "
+            "and machine, not only one run's rounds. `python -m benchmarks.report.compare "
+            "PUBLISHED.json NEW.json` counts how many of these intervals hold a new run's figures "
+            "(coverage)."
+        )
     return (
         "**What an interval covers**: the spread of this run's rounds, under this run's load. A "
         "tree case's rounds run back to back in one process, within "
@@ -468,6 +497,9 @@ def _method(result: RunResult) -> list[str]:
 def _environment(result: RunResult) -> list[str]:
     env = result.environment
     lines = ["## Environment", "", "| | |", "|---|---|"]
+    lines.append(f"| stack | {stack_of(result).describe()} |")
+    if result.pooled_runs > 1:
+        lines.append(f"| runs pooled | {result.pooled_runs} |")
     for key in (
         "date",
         "python",

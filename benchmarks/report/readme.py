@@ -1,10 +1,13 @@
 """The README's figures, generated from the published run so they cannot drift from it.
 
-The README holds two generated blocks, each between ``<!-- published:begin NAME -->`` and
-``<!-- published:end NAME -->``: ``summary`` (the few figures on its first screen) and
-``figures`` (the Performance section: the run's provenance, the chart, the tree operations, the
-cells where fastree is not faster, every workload, treedef memory). Publishing rewrites both from
-the run it publishes; everything around them is hand-written and quotes no figure. Every figure is
+The README holds generated blocks, each between ``<!-- published:begin NAME -->`` and
+``<!-- published:end NAME -->``: ``summary`` (the few figures on its first screen, and the stack
+they come from: Python, JAX, flax) and ``figures`` (the Performance section: the run's provenance,
+the chart, the tree operations, the cells where fastree is not faster, every workload, treedef
+memory). Publishing rewrites both from the run it publishes. A third, ``stacks`` (what to expect
+on other stacks: ``benchmarks.report.stacks``), follows the summary once other stacks have been
+measured; its markers are put there the first time, by the code, and it is rewritten with the
+others. Everything around the blocks is hand-written and quotes no figure. Every figure is
 formatted by the same functions as report.md, under the names report.md uses (``tree_map3``,
 ``copy``, ``treedef_hash``, the workloads' names), so each can be found there as written.
 """
@@ -23,10 +26,14 @@ from benchmarks.report.grid import MeanRatio, library_columns, mean_ratios, slow
 from benchmarks.report.markdown import interval_scope, interval_widths, load_text
 from benchmarks.report.outputs import CHART_PNG, REPORT_MD, RESULTS_JSON
 from benchmarks.report.palette import HEADLINE_COMPETITORS, label_of
+from benchmarks.report.stacks import stack_lines, stack_of
 from benchmarks.workloads.base import FLOOR
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
 BLOCKS = ("summary", "figures")
+"""The published run's own blocks: every figure in them is in its report.md."""
+STACKS = "stacks"
+"""The other stacks' block (``benchmarks.report.stacks``), right after the summary."""
 BEGIN = "<!-- published:begin {name} (written by --publish: benchmarks/report/readme.py) -->"
 END = "<!-- published:end {name} -->"
 
@@ -62,7 +69,10 @@ def read_block(text: str, name: str) -> str | None:
 
 def replace_blocks(text: str, blocks: dict[str, str]) -> str:
     """``text`` with each named block's contents replaced; ValueError when a marker is missing
-    (the README decides where the figures go, publishing only fills them in)."""
+    (the README decides where the figures go, publishing only fills them in), except the
+    ``stacks`` block's, which are put after the summary block the first time."""
+    if STACKS in blocks and read_block(text, STACKS) is None:
+        text = _with_stacks_markers(text)
     for name, body in blocks.items():
         pattern = block_pattern(name)
         if len(pattern.findall(text)) != 1:
@@ -75,17 +85,42 @@ def replace_blocks(text: str, blocks: dict[str, str]) -> str:
     return text
 
 
-def render_blocks(result: RunResult, readme: Path, published: Path) -> dict[str, str]:
-    """Each block's text for ``readme``, quoting ``result`` published into ``published``."""
+def _with_stacks_markers(text: str) -> str:
+    end = END.format(name="summary")
+    if text.count(end) != 1:
+        raise ValueError(f"the README needs exactly one {end!r} to put the stacks block after")
+    markers = f"{BEGIN.format(name=STACKS)}\n{END.format(name=STACKS)}"
+    return text.replace(end, f"{end}\n\n{markers}", 1)
+
+
+def render_blocks(
+    result: RunResult,
+    readme: Path,
+    published: Path,
+    stacks: list[dict[str, object]] | None = None,
+) -> dict[str, str]:
+    """Each block's text for ``readme``, quoting ``result`` published into ``published``; with
+    ``stacks`` (``benchmarks/published/stacks.json``'s entries), the stacks block too."""
     where = Path(os.path.relpath(published.resolve(), readme.resolve().parent)).as_posix()
-    return {"summary": render_summary(result), "figures": render_figures(result, where)}
+    blocks = {
+        "summary": render_summary(result, bool(stacks)),
+        "figures": render_figures(result, where),
+    }
+    if stacks:
+        blocks[STACKS] = render_stacks(result, stacks)
+    return blocks
+
+
+def render_stacks(result: RunResult, stacks: list[dict[str, object]]) -> str:
+    lines = stack_lines(result, stacks)  # type: ignore[arg-type]
+    return "\n".join(_wrap(line) if not line.startswith("|") else line for line in lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------
 # the first screen
 
 
-def render_summary(result: RunResult) -> str:
+def render_summary(result: RunResult, other_stacks: bool = False) -> str:
     env = result.environment
     means = mean_ratios(result)
     jax_means = {
@@ -94,10 +129,12 @@ def render_summary(result: RunResult) -> str:
         if "jax" in by_library and op != MEMORY_OP
     }
     ranged = {op: mean for op, mean in jax_means.items() if op not in FAR_MORE_OPS}
+    runs = result.pooled_runs
     parts = [
         f"What to expect, from the published run (\"Performance\": {result.settings['mode']} "
-        f"mode, {_day(env)}, Python {env.get('python', '?')}, jax "
-        f"{result.libraries.get('jax', '?')}, {env.get('cpu_count', '?')} shared CPU cores):"
+        f"mode, {_day(env)}"
+        + (f", {runs} runs pooled" if runs > 1 else "")
+        + f", {stack_of(result).describe()}, {env.get('cpu_count', '?')} shared CPU cores):"
     ]
     if ranged:
         low = min(ranged, key=lambda op: ranged[op].value)
@@ -120,6 +157,8 @@ def render_summary(result: RunResult) -> str:
         "These are CPU figures, with the leaves in host memory (\"Performance\" says what is "
         "known of GPU-backed trees)."
     )
+    if other_stacks:
+        parts.append("The table below gives the per-operation means on other stacks.")
     return _wrap(" ".join(parts)) + "\n"
 
 
@@ -161,9 +200,12 @@ def _provenance(result: RunResult, published: str) -> list[str]:
     versions = ", ".join(f"{name} {version}" for name, version in result.libraries.items())
     workload_libraries = env.get("workload_libraries")
     revision = env.get("source_revision")
+    runs = result.pooled_runs
     return [
         f"**The published run**: `{result.settings.get('command', '?')}` on {env.get('date', '?')}"
-        f", {result.duration_s / 60:.1f} minutes"
+        + (f", {runs} runs pooled, one after another," if runs > 1 else "")
+        + f", {result.duration_s / 60:.1f} minutes"
+        + (" in all" if runs > 1 else "")
         + (f", fastree at {revision}" if revision else "")
         + f". Python {env.get('python', '?')}; {versions}"
         + (f"; the workloads used {workload_libraries}" if workload_libraries else "")
@@ -182,6 +224,16 @@ def _precision(result: RunResult) -> list[str]:
         return []
     tolerance = result.settings.get("tolerance", 0)
     within = sum(width <= tolerance for width in widths)
+    if result.pooled_runs > 1:
+        return [
+            f"**Precision.** A ratio is the median of {result.pooled_runs} runs' ratios, each the "
+            "median over rounds in which both libraries were timed back to back, and "
+            "`[low–high]` its interval; an interval that includes 1.0× reads \"same\". The "
+            f"median interval is ±{_median(widths):.1%}.",
+            "",
+            interval_scope(result),
+            "",
+        ]
     return [
         f"**Precision.** A ratio is the median over rounds in which both libraries were timed "
         f"back to back, and `[low–high]` its interval; an interval that includes 1.0× reads "
