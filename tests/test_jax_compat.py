@@ -248,14 +248,24 @@ def _docstrings(tree: ast.AST) -> list[ast.AST]:
 COMPAT = PACKAGE / "jax_interop" / "compat.py"
 
 
+# The integration gate reads the closure cells of the library functions it fingerprints and
+# replays (flax's, equinox's, chex's: `_mirrored_code`), never JAX's; these modules may name the
+# closure attributes, and nothing else on the list.
+CLOSURE_READERS = {"integrations/_mirrored_code.py", "integrations/_flax_nnx_graph_replay.py"}
+CLOSURE_NAMES = {".__closure__", ".co_freevars", ".cell_contents"}
+
+
 def test_only_jax_compat_reaches_into_jax():
     modules = sorted(PACKAGE.rglob("*.py"))  # every subpackage too
     assert COMPAT in modules and len(modules) > 10
-    offenders = {
-        str(p.relative_to(PACKAGE)): found
-        for p in modules
-        if p != COMPAT and (found := reaches_into_jax(p))
-    }
+    offenders = {}
+    for p in modules:
+        name = str(p.relative_to(PACKAGE))
+        found = reaches_into_jax(p) if p != COMPAT else []
+        if name in CLOSURE_READERS:
+            found = [f for f in found if f not in CLOSURE_NAMES]
+        if found:
+            offenders[name] = found
     assert offenders == {}
     # The check finds what it looks for (the stub declares the core, not JAX: not checked).
     assert reaches_into_jax(COMPAT)
