@@ -86,4 +86,6 @@ def test_checks_blame_no_class_without_a_difference():
     status = installed.pop("status")
     assert installed == plain
     assert plain["count"] == 3
-    assert status == {"flatten": "native", "unflatten": "native", "update": "native"}, status
+    assert status == {"flatten": "native", "unflatten": "native",
+                      "unflatten_into_existing": "native", "update": "native",
+                      "_merge_to_flat_state": "native"}, status

@@ -401,7 +401,8 @@ def test_public_functions_equal_plain_runs():
     # Served natively to the end: a difference a first-walk check caught (and answered with
     # flax's result) would show here as a class or function left to flax.
     assert installed["status"] == {"flatten": "native", "unflatten": "native",
-                                   "update": "native"}, installed["status"]
+                                   "unflatten_into_existing": "native", "update": "native",
+                                   "_merge_to_flat_state": "native"}, installed["status"]
     assert set(plain["views"]) >= {
         "shared",
         "cycle",

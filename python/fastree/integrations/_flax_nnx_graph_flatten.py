@@ -31,7 +31,7 @@ def make_flatten(graph: Graph) -> Any:
             ref_index = python_refmap()
         if (
             not mode
-            or not served_now(_graph_state)
+            or not served_now(_graph_state, "flatten")
             or walk_in_progress(_graph_state)
             or type(ref_index) is not python_refmap
             or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)

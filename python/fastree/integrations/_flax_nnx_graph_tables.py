@@ -186,11 +186,12 @@ class Graph(CheckTables):
             "classify_node_type": self.outer.classify_node_type,
         })
         self.merge_checked = False
-        # flax functions left to flax after a difference: name -> reason ("code": a mirrored
-        # function replaced after attach, for every function).
+        # Walks (flax_nnx_graph.WALKS' keys) left to flax: walk -> reason (its code is no known
+        # release's, a name it mirrors was replaced after attach, or its check found a difference).
         self.function_fallbacks: dict[str, str] = {}
-        # Set by attach(): whether a mirrored flax object was replaced since (code_replaced).
-        self.watch: _mirrored_code.Watch = _mirrored_code.Watch(())
+        # Set by attach(), per served walk: whether a flax object it mirrors was replaced since
+        # (walk_replaced).
+        self.watches: dict[str, _mirrored_code.Watch] = {}
         # Set by attach(): graphlib's name -> (flax's function, this graph's walk), which
         # attach binds and detach takes back.
         self.replacements: dict[str, tuple[Any, Any]] = {}
@@ -423,20 +424,22 @@ def walk_done(graph: Graph) -> None:
                 checks.forget_pending()
 
 
-def served_now(graph: Graph) -> bool:
-    # Whether this call may be native: the mirrored code is as attach found it, and no user's
-    # GC callback could run at other points of a native walk than of flax's
-    # (_user_code.gc_callbacks_run_user_code).
-    return not code_replaced(graph) and not _user_code.gc_callbacks_run_user_code()
+def served_now(graph: Graph, walk: str) -> bool:
+    # Whether this call of `walk` (a key of flax_nnx_graph.WALKS) may be native: the code it
+    # mirrors is as attach found it, and no user's GC callback could run at other points of a
+    # native walk than of flax's (_user_code.gc_callbacks_run_user_code).
+    return not walk_replaced(graph, walk) and not _user_code.gc_callbacks_run_user_code()
 
 
-def code_replaced(graph: Graph) -> bool:
-    # A mirrored flax function or class replaced since attach (a user's patch, a debugger):
-    # flax's own functions from then on, for good, and status() says which.
-    if "code" in graph.function_fallbacks:
+def walk_replaced(graph: Graph, walk: str) -> bool:
+    # Whether `walk` is left to flax: not served since attach, or a flax function or class it
+    # mirrors was replaced since (a user's patch, a debugger): flax's own function from then on,
+    # for good, and status() says which. Other walks keep their own verdicts.
+    if walk in graph.function_fallbacks:
         return True
-    name = graph.watch.replaced()
+    watch = graph.watches.get(walk)
+    name = "its code" if watch is None else watch.replaced()
     if name is None:
         return False
-    graph.function_fallbacks["code"] = f"{name} was replaced after fastree attached"
+    graph.function_fallbacks[walk] = f"{name} was replaced after fastree attached"
     return True

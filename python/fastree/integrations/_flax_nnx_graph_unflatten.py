@@ -40,7 +40,8 @@ def make_unflatten(graph: Graph) -> Any:
             or type(graphdef.nodes[0]) not in served_roots
             or type(index_ref) is not index_map
             or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
-            or not served_now(graph)
+            or not served_now(graph, "unflatten" if outer_index_outer_ref is None
+                                 else "unflatten_into_existing")
             or walk_in_progress(graph)
         ):
             return flax_unflatten(graphdef, state, index_ref=index_ref,

@@ -31,7 +31,7 @@ def make_update(graph: Graph) -> Any:
             or getattr(_updating, "checking", False)
             or root in graph.fallbacks
             or root in graph.update_fallbacks
-            or not served_now(graph)
+            or not served_now(graph, "update")
         ):
             return flax_update(node, state)
         graph.refresh()
@@ -127,7 +127,7 @@ def make_merge_leaves(graph: Graph) -> Any:
         if (
             type(states) is tuple
             and "_merge_to_flat_state" not in graph.function_fallbacks
-            and served_now(graph)
+            and served_now(graph, "_merge_to_flat_state")
         ):
             graph.refresh()
             leaves = native(states, graph.unflatten_context)

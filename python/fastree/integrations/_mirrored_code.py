@@ -26,9 +26,10 @@ A :class:`Watch` then tells, on every call, whether any fingerprinted name was r
 fingerprinted function's code was changed in place since (``f.__code__ = ...``, as IPython's
 ``%autoreload`` updates functions).
 
-``python -m fastree.integrations._mirrored_code flax`` prints the loaded library's fingerprints as
-a ``KNOWN_CODE`` entry (what a porter pastes once the new release passes the tests:
-docs/porting-library-integrations.md).
+``python -m fastree.integrations._mirrored_code flax`` prints the loaded library's fingerprints
+(for flax as lines of ``_known_flax.CODE``, :func:`known_code_table`; for equinox and chex as a
+``KNOWN_CODE`` entry): what a porter adds once the new release passes the tests
+(docs/porting-library-integrations.md).
 
 Nothing here imports a library: the modules are looked up in ``sys.modules``.
 """
@@ -357,6 +358,46 @@ def recognise(library: str, mirrored: Sequence[Mirrored],
         f"{release} differs in {shown})")
 
 
+def known_code_table(text: str) -> dict[str, dict[str, str]]:
+    """A ``KNOWN_CODE`` table from lines of ``module:qualname fingerprint release...``.
+
+    Releases whose fingerprints are the same for every name are one entry, named by them all
+    (``"0.12.7, 0.12.8"``), in the order the releases first appear.
+
+    >>> known_code_table('''
+    ... lib:f  0123456789abcdef  1.0 1.1 1.2
+    ... lib:g  aaaaaaaaaaaaaaaa  1.0 1.1
+    ... lib:g  bbbbbbbbbbbbbbbb  1.2
+    ... ''')
+    {'1.0, 1.1': {'lib:f': '0123456789abcdef', 'lib:g': 'aaaaaaaaaaaaaaaa'}, '1.2': {'lib:f': \
+'0123456789abcdef', 'lib:g': 'bbbbbbbbbbbbbbbb'}}
+    """
+    per_release: dict[str, dict[str, str]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split("#")[0].split()
+        if not fields:
+            continue
+        if len(fields) < 3 or ":" not in fields[0] or len(fields[1]) != 16:
+            raise ValueError(f"known code, line {number}: expected 'module:qualname "
+                             f"fingerprint release...', got {line!r}")
+        name, value, *releases = fields
+        for release in releases:
+            prints = per_release.setdefault(release, {})
+            if prints.setdefault(name, value) != value:
+                raise ValueError(f"known code, line {number}: {release} has two codes of {name}")
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for release, prints in per_release.items():
+        groups.setdefault(tuple(sorted(prints.items())), []).append(release)
+    return {", ".join(releases): per_release[releases[0]] for releases in groups.values()}
+
+
+def table_lines(release: str, prints: Mapping[str, str | None]) -> str:
+    """``prints`` as lines of :func:`known_code_table` for ``release`` (what a porter merges)."""
+    width = max((len(name) for name in prints), default=0)
+    return "\n".join(f"{name:<{width}} {value or 'null':<16} {release}"
+                     for name, value in prints.items())
+
+
 class Gate:
     """An integration's :func:`recognise`, made once every mirrored name is loaded.
 
@@ -392,7 +433,7 @@ class Gate:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Prints the loaded library's fingerprints as a KNOWN_CODE entry (for porters)."""
+    """Prints the loaded library's fingerprints as table lines or a KNOWN_CODE entry (porters)."""
     import importlib
     import json
 
@@ -412,7 +453,10 @@ def main(argv: Sequence[str]) -> int:
             pass
     from importlib import metadata
 
-    print(json.dumps({metadata.version(argv[0]): current(mirrored)}, indent=2))
+    if argv[0] == "flax":  # _known_flax.CODE's lines: merge each into the line with its code
+        print(table_lines(metadata.version(argv[0]), current(mirrored)))
+    else:
+        print(json.dumps({metadata.version(argv[0]): current(mirrored)}, indent=2))
     return 0
 
 

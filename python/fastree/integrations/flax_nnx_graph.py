@@ -10,10 +10,11 @@ same leaves and paths, and the same reference-map entries.
 
 Exact, or not used:
 
-- Only flax code fastree was written against is served: every function and class in
-  :data:`MIRRORED` (and tree mode's) must be that of a release in ``_known_flax.KNOWN_CODE``, and
-  none may be replaced or changed in place later (``_flax_nnx_graph_tables.code_replaced``);
-  the record classes must have the fields the C walk sets.
+- Only flax code fastree was written against is served, per walk: every function and class a
+  walk mirrors (:data:`WALKS`, names from :data:`MIRRORED` and tree mode's) must be that of one
+  release in ``_known_flax.KNOWN_CODE``, and none may be replaced or changed in place later
+  (``_flax_nnx_graph_tables.walk_replaced``); a walk that is off is flax's own function, and
+  the others stay native. The record classes must have the fields the C walk sets.
 - Per type, ``_flax_nnx_graph_tables.Graph._kind`` decides what the C walk may do (``csrc/nnx/nnx_graph.h``, ``Kind``). A
   tracer, an array ref, a hijax Variable, a Variable or Pytree class with its own accessors, a
   key that is not an exact str: flax's own function runs, for the whole call.
@@ -51,7 +52,7 @@ from ._flax_nnx_graph_kinds import (  # noqa: F401 - the kinds, by name, for cal
     UNSERVED,
     VARIABLE,
 )
-from ._flax_nnx_graph_tables import Graph
+from ._flax_nnx_graph_tables import Graph, walk_replaced
 from ._flax_nnx_graph_unflatten import make_unflatten
 from ._flax_nnx_graph_update import make_merge_leaves, make_update
 
@@ -80,9 +81,71 @@ MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
         ("flax.nnx.statelib", ("FlatState", "State.__init__")),
     ) for name in names
 )
+# What each native walk depends on, by name (MIRRORED's and tree mode's): the functions and classes
+# its C walk reproduces, read from csrc/nnx/ (the ContextItem/UnflattenItem each walk reads, and
+# the flax steps its comments name), and those its first-walk check runs as flax's own (a check
+# rebuilds and compares through flax's flatten, and an update's or a merge into existing objects'
+# copies the graph with flax's unflatten): a user's wrapper around one of them would run again
+# in a check. A walk is served where every one of its names has the code of one release in
+# _known_flax, and goes back to flax alone when one of them is replaced later: a release that
+# changes one function turns off only the walks that depend on it.
+# Every walk also needs tree mode's code (the Variable and Pytree layouts, TraceState): _SHARED.
+_SHARED = tuple(item.qualname for item in _flax_nnx_shared.MIRRORED)
+# The records and impls a GraphDef is made of, and how a node's children are read.
+_RECORDS = ("NodeDef", "VariableDef", "NodeRef", "Static", "GraphDef", "NodeAttr", "LeafAttr",
+            "IndexesPytreeDef", "GraphNodeImpl", "PytreeNodeImpl", "GenericPytree", "PytreeState")
+# graphlib.flatten: nnx_graph_flatten.cpp, nnx_graph_children.cpp; the replay
+# (_flax_nnx_graph_replay) runs flatten's and _graph_flatten's code.
+_FLATTEN = _RECORDS + (
+    "flatten", "_graph_flatten", "get_node_impl", "_flatten_pytree", "_get_sorted_leaves",
+    "is_node", "DataElem", "StaticElem", "PythonRefMap", "Pytree._graph_node_flatten",
+    "Variable.get_raw_value", "Variable.get_metadata", "Variable.var_type", "FlatState")
+# graphlib.unflatten: nnx_graph_unflatten.cpp (Variables made by from_metadata, or _new).
+_UNFLATTEN = _RECORDS + (
+    "unflatten", "_graph_unflatten", "get_node_impl_for_type", "_unflatten_pytree", "IndexMap",
+    "Pytree._graph_node_create_empty", "Pytree._graph_node_clear", "Pytree._graph_node_init",
+    "Variable.from_metadata", "FlatState")
+# Variable.update_from_state / set_raw_value step by step, with flax's trace check
+# (csrc/nnx/nnx_graph_variables.h, VariableOps::Update).
+_VARIABLE_UPDATE = ("Variable.update_from_state", "Variable.set_raw_value",
+                    "Variable._check_can_update", "Variable.__setattr__", "Variable.get_metadata")
+WALKS: dict[str, frozenset[str]] = {
+    # graphlib.flatten (nnx.split, nnx.state, nnx.graphdef, the transforms' splits).
+    "flatten": frozenset(_SHARED + _FLATTEN),
+    # graphlib.unflatten into new objects (nnx.merge); its check compares through flatten.
+    "unflatten": frozenset(_SHARED + _UNFLATTEN + _FLATTEN),
+    # graphlib.unflatten into the caller's objects (an outer index map: the end of nnx.jit and
+    # of every transform): the same walk, which also updates the caller's Variables in place.
+    "unflatten_into_existing": frozenset(_SHARED + _UNFLATTEN + _FLATTEN + _VARIABLE_UPDATE),
+    # graphlib._graph_update_dynamic (nnx.update, the transforms' updates): nnx_graph_update.cpp,
+    # a node's children as its impl's node_dict gives them (nnx_graph_children.cpp); its check
+    # copies the graph (flatten, unflatten) and compares through flatten.
+    "update": frozenset(_SHARED + _VARIABLE_UPDATE + _FLATTEN + _UNFLATTEN + (
+        "_graph_update_dynamic", "State.__init__")),
+    # graphlib._merge_to_flat_state (nnx.merge's states to leaves): nnx_graph_merge_state.cpp;
+    # its check runs flax's _merge_to_flat_state alone.
+    "_merge_to_flat_state": frozenset(_SHARED + ("_merge_to_flat_state", "FlatState",
+                                                 "State.__init__")),
+}
+# graphlib's function each walk replaces (both unflattens are one function's two cases).
+_BINDS = {"flatten": "flatten", "unflatten": "unflatten", "unflatten_into_existing": "unflatten",
+          "update": "_graph_update_dynamic", "_merge_to_flat_state": "_merge_to_flat_state"}
 # The mirrored functions attach() replaces by its own: identity checks skip them.
 _REPLACED = frozenset(f"{_GRAPHLIB}:{name}" for name in
                       ("flatten", "unflatten", "_graph_update_dynamic", "_merge_to_flat_state"))
+
+
+def walk_mirrored(walk: str) -> tuple[_mirrored_code.Mirrored, ...]:
+    """What ``walk`` (a key of :data:`WALKS`) mirrors: tree mode's names, then :data:`MIRRORED`'s.
+
+    >>> [item.qualname for item in walk_mirrored("_merge_to_flat_state")][-3:]
+    ['_merge_to_flat_state', 'FlatState', 'State.__init__']
+    """
+    names = WALKS[walk]
+    return tuple(dict.fromkeys(item for item in _flax_nnx_shared.MIRRORED + MIRRORED
+                               if item.qualname in names))
+
+
 # The fields the C walk sets on each record, in the order their dataclass __init__ sets them.
 _RECORD_FIELDS = {
     "NodeDef": ("type", "index", "outer_index", "num_attributes", "metadata"),
@@ -97,6 +160,8 @@ _lock = threading.Lock()
 
 _graph: Graph | None = None
 _verdict: _mirrored_code.Verdict | None = None
+# Per walk (WALKS' keys): whether the loaded code of what it mirrors is a known release's.
+_walk_verdicts: dict[str, _mirrored_code.Verdict] = {}
 _NOT_BOUND = "flax: not attached (fastree is not installed, or flax.nnx is not loaded)"
 _bound = False  # whether graphlib's names are _graph's walks now (attach, until detach)
 
@@ -138,7 +203,7 @@ def attach() -> bool:
             _bound = True
             return True
         if _verdict is None:
-            _verdict = _mirrored_code.recognise("flax", MIRRORED, _known_flax.KNOWN_CODE)
+            _verdict = _recognise_walks()
         if not _verdict:
             return False
         kinds_differ = _kinds.kinds_differ()
@@ -154,16 +219,48 @@ def attach() -> bool:
                                               "graphlib.PYTREE_REGISTRY")
             return False
         graph = Graph(graphlib)
-        graph.watch = _verdict.watch(_REPLACED)
-        graph.replacements = {"flatten": (graph.flax_flatten, make_flatten(graph)),
-                              "unflatten": (graph.flax_unflatten, make_unflatten(graph)),
-                              "_graph_update_dynamic": (graph.flax_update, make_update(graph)),
-                              "_merge_to_flat_state": (graph.flax_merge_leaves,
-                                                       make_merge_leaves(graph))}
+        served = set()
+        for walk, verdict in _walk_verdicts.items():
+            if verdict:
+                graph.watches[walk] = verdict.watch(_REPLACED)
+                served.add(_BINDS[walk])
+            else:
+                graph.function_fallbacks[walk] = verdict.reason.removeprefix("flax: ")
+        # Only the functions a served walk replaces are rebound: a walk that is off is flax's
+        # own function, never a wrapper of ours around it.
+        makers = {"flatten": (graph.flax_flatten, make_flatten),
+                  "unflatten": (graph.flax_unflatten, make_unflatten),
+                  "_graph_update_dynamic": (graph.flax_update, make_update),
+                  "_merge_to_flat_state": (graph.flax_merge_leaves, make_merge_leaves)}
+        graph.replacements = {name: (theirs, make(graph))
+                              for name, (theirs, make) in makers.items() if name in served}
         _rebind(graph.replacements, to_ours=True)
         _graph = graph
         _bound = True
     return True
+
+
+def _recognise_walks() -> _mirrored_code.Verdict:
+    # Each walk's verdict (_walk_verdicts), and the whole code's: a release's when every walk's
+    # code is that release's, "native" with the releases of the served walks when only some are,
+    # and the reason when none is.
+    whole = _mirrored_code.recognise(
+        "flax", tuple(dict.fromkeys(_flax_nnx_shared.MIRRORED + MIRRORED)),
+        _known_flax.KNOWN_CODE)
+    _walk_verdicts.clear()
+    for walk in WALKS:
+        mirrored = walk_mirrored(walk)
+        _walk_verdicts[walk] = (
+            _mirrored_code.Verdict(whole.release, "native", tuple(
+                (item, obj) for item, obj in whole.objects if item in mirrored))
+            if whole else _mirrored_code.recognise("flax", mirrored, _known_flax.KNOWN_CODE))
+    if whole:
+        return whole
+    served = [walk for walk, verdict in _walk_verdicts.items() if verdict]
+    if not served:
+        return whole
+    return _mirrored_code.Verdict(f"some walks' code ({', '.join(served)}): "
+                                  f"{_walk_verdicts[served[0]].release}", "native")
 
 
 def detach() -> None:
@@ -209,28 +306,26 @@ def fallback_reason(cls: type) -> str | None:
 
 
 def status() -> dict[str, str]:
-    """How flax's graph-mode functions run: ``"native"``, or ``"flax: <why>"``, per function;
-    and per type left to flax after a difference, why (``"flax (updates): <why>"`` where only
-    its updates are).
+    """How flax's graph-mode walks run: ``"native"``, or ``"flax: <why>"``, per walk
+    (:data:`WALKS`: a walk whose mirrored code differs from every known release's names the
+    functions that differ); and per type left to flax after a difference, why (``"flax
+    (updates): <why>"`` where only its updates are).
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
-    ['flatten', 'unflatten', 'update']
+    ['_merge_to_flat_state', 'flatten', 'unflatten', 'unflatten_into_existing', 'update']
     """
     graph = _graph
     if graph is None or not _bound:
         verdict = code_verdict()
         why = _NOT_BOUND if verdict else verdict.reason
-        return {"flatten": why, "unflatten": why, "update": why}
-    replaced = graph.function_fallbacks.get("code")
-    out = {name: "native" if replaced is None else f"flax: {replaced}"
-           for name in ("flatten", "unflatten", "update")}
-    for name, reason in graph.function_fallbacks.items():
-        if name != "code":
-            out[name] = f"flax: {reason}"
+        return dict.fromkeys(WALKS, why)
+    for walk in WALKS:
+        walk_replaced(graph, walk)  # a name replaced since is reported now, not at its next call
+    out = {walk: "native" if walk not in graph.function_fallbacks
+           else f"flax: {graph.function_fallbacks[walk]}" for walk in WALKS}
     for cls, reason in graph.update_fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax (updates): {reason}"
     for cls, reason in graph.fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax: {reason}"
     return out
-
