@@ -10,12 +10,14 @@ into the venv, with ``--no-deps``, and shadows the base's copy):
    ``python -m fastree.run``; its outputs, every step's value or exception type, must be equal;
 2. the installed run's status says how fastree served it: ``native`` where the release's code is
    in the integration's ``KNOWN_CODE`` table (``fastree.integrations._known_<library>``), else
-   ``fallback`` with the reason (the library's own functions, for every call);
+   ``fallback`` with the reason (the library's own functions, for every call); for flax, whose
+   graph walks are each gated on the code they mirror, ``partly native`` where some walks are;
+   the table's "why" column names the walks a release turned off and the function that differs;
 3. unless ``--no-tests``, the integration's test files run plain and under ``python -m
    fastree.run`` (on a fallback release they skip themselves: their expectations are for native
    nodes), except for the release the base already has, whose tests the main suite runs.
 
-Outcomes: ``native, identical``, ``fallback, identical``, ``does not import`` (the release fails
+Outcomes: ``native, identical``, ``partly native, identical``, ``fallback, identical``, ``does not import`` (the release fails
 plain too: nothing to compare), and failures: ``DIFFERS`` (installed output differs from plain) or
 ``tests fail``. Exit status 1 on any failure.
 
@@ -105,11 +107,29 @@ def _program(python: Path, library: str, installed: bool, env: dict[str, str]) -
 
 
 def _served(status: dict) -> tuple[str, str]:
-    """("native" | "fallback", why) from the installed program's status."""
+    """("native" | "partly native" | "fallback", why) from the installed program's status.
+
+    why names what a release turned off and the reason: for flax's graph walks (each gated on
+    the code it mirrors, ``flax_nnx_graph.WALKS``), the walks that are flax's and why
+    (``update, unflatten_into_existing: ... differs in ...Variable._check_can_update``)."""
     texts = json.dumps(status)
     if "native" in texts and "flax: " not in texts and "library: " not in texts and (
             "not an attribute node" not in texts):
         return "native", ""
+    graph = status.get("graph") if isinstance(status, dict) else None
+    if isinstance(graph, dict):
+        walks = {k: v for k, v in graph.items() if "." not in k}  # walks; types are dotted
+        off: dict[str, list[str]] = {}
+        for walk, value in walks.items():
+            if value != "native":
+                off.setdefault(value, []).append(walk)
+        rest = [v for k, v in status.items() if k != "graph" and v not in ("native", "checking")]
+        if off and len(off) == 1 and len(next(iter(off.values()))) == len(walks) and not rest:
+            return "fallback", next(iter(off))[:200]  # every walk off, for one reason
+        why = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in off.items())
+        served = "partly native" if off and any(v == "native" for v in walks.values()) else (
+            "fallback")
+        return served, "; ".join([why] * bool(why) + sorted(set(rest)))[:300]
     reasons = [v for v in _flat_values(status) if v not in ("native", "checking")]
     return "fallback", "; ".join(sorted(set(reasons)))[:200]
 
@@ -163,7 +183,7 @@ def one_release(base: str, library: str, release: str, root: Path, tests: bool,
     served, why = _served(status)
     differ = sorted(k for k in plain if plain[k] != installed.get(k))
     outcome = f"{served}, identical" if not differ else "DIFFERS"
-    detail = why if not differ else f"steps differ: {', '.join(differ)}"
+    detail = "" if not differ else f"steps differ: {', '.join(differ)}"
     if tests and not differ:
         if release == base_release:
             detail = (detail + "; " if detail else "") + "tests: the main suite's"
@@ -180,7 +200,7 @@ def one_release(base: str, library: str, release: str, root: Path, tests: bool,
                 if r.returncode not in (0, 5):
                     outcome = "tests fail"
             detail = (detail + "; " if detail else "") + "tests: " + " / ".join(summaries)
-    return {**row, "outcome": outcome, "detail": detail,
+    return {**row, "outcome": outcome, "why": why, "detail": detail,
             "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 
@@ -226,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                               not args.no_tests, base_release)
             rows.append(row)
             print(f"{library} {release}: {row['outcome']}"
+                  + (f" (why: {row['why']})" if row.get("why") else "")
                   + (f" ({row['detail']})" if row.get("detail") else ""), flush=True)
             if args.ends and row["outcome"] == "does not import" and release == chosen[0]:
                 # The oldest release that imports on this Python is the end worth running.
@@ -234,14 +255,15 @@ def main(argv: list[str] | None = None) -> int:
                 if later:
                     chosen[0] = later[0]
                     pending.insert(0, later[0])
-    print("\n| library | release | Python, jax | outcome | detail |\n|---|---|---|---|---|")
+    print("\n| library | release | Python, jax | outcome | why | detail |\n"
+          "|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['library']} | {row['release']} | {version} | {row['outcome']} | "
-              f"{row.get('detail', '')} |")
+              f"{row.get('why', '')} | {row.get('detail', '')} |")
     if temporary is not None:
         temporary.cleanup()
     bad = [r for r in rows if r["outcome"] not in ("native, identical", "fallback, identical",
-                                                   "does not import")]
+                                                   "partly native, identical", "does not import")]
     return 1 if bad else 0
 
 
