@@ -164,3 +164,48 @@ def test_kind_codes_come_from_the_c_walks_and_attach_checks_them():
     assert all(seen["bound"].values()), seen["bound"]
     assert seen["status"] == ("fastree: the C walks' node kinds differ from those the Python "
                               "side handles: ['NEW_KIND']"), seen["status"]
+
+
+def test_the_kind_table_is_the_one_cache_of_a_types_kind():
+    # The C walks keep nothing of a type's kind beyond the Python side's table: each value is
+    # stamped with the type's version tag, a class changed since its entry was made is classified
+    # again, and an entry dropped from the table (a clear, a pop) is gone for the walks too.
+    seen = _child("""
+        import fastree
+        from fastree.integrations import flax_nnx_graph
+        fastree.install()
+        graph = flax_nnx_graph._graph
+        real = graph.classify
+        asked = []
+
+        def classify(cls):
+            asked.append(cls.__name__)
+            return real(cls)
+
+        graph.context = (graph.context[0], classify, *graph.context[2:])
+
+        class Scale(nnx.Param):
+            pass
+
+        def walk():
+            asked.clear()
+            m = model()
+            m.s = Scale(1.0)
+            nnx.split(m)
+            return "Scale" in asked
+
+        out = {"first": walk(), "again": walk(), "current": graph.kinds.current(Scale)}
+        Scale.note = "a class attribute set: a new version tag"
+        out["stale"] = not graph.kinds.current(Scale)
+        out["after_change"] = walk()
+        out["after_change_again"] = walk()
+        graph.kinds.pop(Scale)
+        out["after_pop"] = walk()
+        graph.kinds.clear()
+        out["after_clear"] = walk()
+        out["status"] = flax_nnx_graph.status()["flatten"]
+        print(json.dumps(out))
+    """)
+    assert seen == {"first": True, "again": False, "current": True, "stale": True,
+                    "after_change": True, "after_change_again": False, "after_pop": True,
+                    "after_clear": True, "status": "native"}, seen

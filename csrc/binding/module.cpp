@@ -10,6 +10,7 @@
 #include "registry/keys.h"
 #include "binding/module_state.h"
 #include "nnx/nnx_graph.h"
+#include "nnx/nnx_graph_walk.h"
 #include "registry/registry.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
@@ -245,6 +246,16 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
     for (int i = 0; i < nnx_graph::kKindCount; ++i)
         kind_names[static_cast<size_t>(i)] = py::str(nnx_graph::kKindNames[i]);
     m.attr("NNX_GRAPH_KINDS") = kind_names;
+    m.def(
+        "type_version",
+        [](py::handle type) -> unsigned int {
+            if (!PyType_Check(type.ptr())) return 0;
+            return nnx_graph::TypeVersion(reinterpret_cast<PyTypeObject*>(type.ptr()));
+        },
+        py::arg("type"),
+        "The version tag CPython keeps for a type, a new one whenever it or a base changes; 0\n"
+        "where it has none, or for anything not a type. The nnx kind tables stamp their\n"
+        "entries with it (nnx/nnx_graph_walk.h, KindEntry).");
     m.def(
         "nnx_graph_flatten",
         [](py::handle node, bool with_paths, py::handle ref_mapping, py::handle outer_mapping,

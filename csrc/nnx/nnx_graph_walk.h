@@ -7,10 +7,7 @@
 
 #include <Python.h>
 
-#include <cstdint>
-#include <functional>
 #include <initializer_list>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,15 +15,6 @@
 #include "util/pyutils.h"
 
 namespace fastree::nnx_graph {
-
-// Hashes a pair of addresses (the kind tables' version map).
-struct PairHash {
-    size_t operator()(const std::pair<PyObject*, PyObject*>& p) const {
-        const auto a = reinterpret_cast<std::uintptr_t>(p.first);
-        const auto b = reinterpret_cast<std::uintptr_t>(p.second);
-        return std::hash<std::uintptr_t>()(a * 0x9E3779B97F4A7C15ull ^ b);
-    }
-};
 
 // The outcome of a step: kServed, kNotServed (flax's function must run), kFailed (error set).
 enum Step : int { kFailed = -1, kNotServed = 0, kServed = 1 };
@@ -49,18 +37,6 @@ inline unsigned int TypeVersion(PyTypeObject* type) {
 #endif
 }
 
-// The version of each type when its entry in a kind table was made: (table, type) -> tag. The
-// entries are computed from the class's attributes (a Variable class's accessors, a Pytree's
-// graph functions): one made before the class changed is made again. Keyed by addresses: a
-// type that dies and whose address comes back is another type, with another tag (a mismatch:
-// classified again). Under the GIL, as every walk runs.
-inline std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>&
-KindVersions() {
-    static auto* versions =
-        new std::unordered_map<std::pair<PyObject*, PyObject*>, unsigned int, PairHash>();
-    return *versions;
-}
-
 // `entry` if it has a kind table entry's shape (int, impl, type); null with an error set if not.
 inline Ref CheckedEntry(Ref entry) {
     if (!PyTuple_CheckExact(entry.get()) || PyTuple_GET_SIZE(entry.get()) != 3 ||
@@ -71,48 +47,53 @@ inline Ref CheckedEntry(Ref entry) {
     return entry;
 }
 
-// The entry (kind, impl, impl.type) of `key` (a type) in a kind table (a dict the Python side's
-// `classify` fills), asking `classify` on a miss, or where the class changed since its entry
-// was made. Null with an error set.
+// The entry (kind, impl, impl.type) of `key` (a type) in a kind table (the Python side's
+// TypeTable, _flax_nnx_graph_kinds.py, which `classify` fills), asking `classify` on a miss, or
+// where the class changed since its entry was made. Null with an error set.
+//
+// The table is the one owner of what is cached of a type: each value is (entry, version), the
+// type's version tag (TypeVersion) taken before `classify` read the class. Entries are computed
+// from the class's attributes (a Variable class's accessors, a Pytree's graph functions), so an
+// entry made before the class changed is made again; clearing or pruning the table forgets
+// both at once, and nothing here outlives it.
 inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
-    // The table holds each type by its canonical weak reference (the Python side's TypeTable,
-    // _flax_nnx_graph_kinds.py), so that it keeps no class alive that flax would let go; while
-    // it does, PyWeakref_NewRef hands back that same object, with no allocation. A key that is
-    // no type (a record naming something else) has no entry: it is classified at each meeting.
-    Ref entry;
+    // The table holds each type by its canonical weak reference, so that it keeps no class alive
+    // that flax would let go; while it does, PyWeakref_NewRef hands back that same object, with
+    // no allocation. A key that is no type (a record naming something else) has no entry: it is
+    // classified at each meeting.
+    Ref stamped;
     if (PyType_Check(key)) {
         Ref weak_key(PyWeakref_NewRef(key, nullptr));
         if (!weak_key) return Ref();
         // A new reference at once: the table is a dict the classifier (Python) writes to.
-        entry = Ref::FromBorrowed(PyDict_GetItemWithError(table, weak_key.get()));
-        if (!entry && PyErr_Occurred()) return Ref();
+        stamped = Ref::FromBorrowed(PyDict_GetItemWithError(table, weak_key.get()));
+        if (!stamped && PyErr_Occurred()) return Ref();
     }
-    // A type no one can change (int, str, numpy's and jax's arrays: Py_TPFLAGS_IMMUTABLETYPE)
-    // keeps its entry without a look at its version: most lookups are of such leaf types.
-    if (entry && PyType_Check(key) &&
-        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(key), Py_TPFLAGS_IMMUTABLETYPE)) {
-        return CheckedEntry(std::move(entry));
-    }
-    const unsigned int version =
-        PyType_Check(key) ? TypeVersion(reinterpret_cast<PyTypeObject*>(key)) : 0;
-    auto& versions = KindVersions();
-    const std::pair<PyObject*, PyObject*> slot{table, key};
-    if (entry && version != 0) {
-        auto found = versions.find(slot);
-        if (found == versions.end() || found->second != version) entry = Ref();
-    } else {
-        entry = Ref();
-    }
-    if (!entry) {
-        // The classifier writes the table's entry; the tag is the one before it ran (a change
-        // while it runs shows at the next look).
-        entry = Ref(PyObject_CallOneArg(classify, key));
-        if (!entry) return Ref();
-        if (version != 0) {
-            if (versions.size() >= (size_t{1} << 16)) versions.clear();  // classified again
-            versions[slot] = version;
+    if (stamped) {
+        if (!PyTuple_CheckExact(stamped.get()) || PyTuple_GET_SIZE(stamped.get()) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(stamped.get(), 1))) {
+            PyErr_SetString(PyExc_SystemError,
+                            "nnx graph kinds: a table value is not (entry, version)");
+            return Ref();
         }
+        auto* type = reinterpret_cast<PyTypeObject*>(key);
+        // A type no one can change (int, str, numpy's and jax's arrays:
+        // Py_TPFLAGS_IMMUTABLETYPE) keeps its entry without a look at its version: most lookups
+        // are of such leaf types. Any other keeps it while its tag is the one stamped (0: the
+        // type has no tag, and counts as changed at every look).
+        bool current = PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE);
+        if (!current) {
+            const unsigned int version = TypeVersion(type);
+            current = version != 0 &&
+                      PyLong_AsUnsignedLong(PyTuple_GET_ITEM(stamped.get(), 1)) == version;
+            if (PyErr_Occurred()) return Ref();
+        }
+        if (current) return CheckedEntry(Ref::FromBorrowed(PyTuple_GET_ITEM(stamped.get(), 0)));
     }
+    // The classifier writes the table's value, stamped with the tag it read first (a change
+    // while it runs shows at the next look).
+    Ref entry(PyObject_CallOneArg(classify, key));
+    if (!entry) return Ref();
     return CheckedEntry(std::move(entry));
 }
 

@@ -212,6 +212,10 @@ NNX_GRAPH_UNFLATTEN_CONTEXT: tuple[str, ...]
 NNX_GRAPH_KINDS: tuple[str, ...]
 """The node kinds' names (nnx/nnx_graph.h, Kind), each kind's code its position."""
 
+def type_version(type: object) -> int:
+    """CPython's version tag of ``type`` (a new one whenever it or a base changes); 0 where it
+    has none or ``type`` is not a type."""
+
 def nnx_graph_flatten(
     node: Any,
     with_paths: bool,

@@ -48,23 +48,33 @@ CALLS_ITS_OWN = (GRAPH_NODE, PYTREE_NODE, UNSERVED)
 
 
 class TypeTable(dict):
-    """A kind table, type -> entry, that keeps no type alive.
+    """A kind table, type -> entry, that keeps no type alive and is the one owner of what is
+    cached of a type.
 
     flax lets a class go once nothing uses it (a leaf class made per model, say); a table keyed
     by the class itself would hold every class a walk ever met. Each type is held here by its
     canonical weak reference (``weakref.ref(cls)``, no callback), which is what the C walks look
     up: ``PyWeakref_NewRef(type, NULL)`` hands back that same object while this table holds it
-    (``KindEntry``, csrc/nnx/nnx_graph_walk.h). The Python side reads and writes by the type, as
-    with a dict. The entry of a type that died stays until :meth:`prune` (no weak-reference
-    callback edits the table while a walk reads it); nothing finds it meanwhile, since a type
-    born at the same address has a weak reference of its own. A key that cannot be weakly
-    referenced (not a type) is not kept: it is classified again at each meeting.
+    (``KindEntry``, csrc/nnx/nnx_graph_walk.h). Each value is ``(entry, version)``: the entry and
+    the type's version tag (``_core.type_version``) read before the entry was computed; the C
+    walks use an entry only while the type's tag is still that one, so a class changed since
+    (a method set, a base changed) is classified again. Clearing, popping or pruning the table
+    forgets both: no other cache of a type's kind exists.
+
+    The Python side reads and writes entries by the type, as with a dict. The entry of a type
+    that died stays until :meth:`prune` (no weak-reference callback edits the table while a
+    walk reads it); nothing finds it meanwhile, since a type born at the same address has a weak
+    reference of its own. A key that cannot be weakly referenced (not a type) is not kept: it is
+    classified again at each meeting.
 
     >>> table = TypeTable()
     >>> Leaf = type("Leaf", (), {})
     >>> table[Leaf] = (LEAF, None, None)
-    >>> table.get(Leaf), Leaf in table
-    ((0, None, None), True)
+    >>> table.get(Leaf), Leaf in table, table.current(Leaf)
+    ((0, None, None), True, True)
+    >>> Leaf.changed = True  # a class attribute set: a new version tag
+    >>> table.current(Leaf)
+    False
     >>> probe = weakref.ref(Leaf)
     >>> del Leaf
     >>> import gc; _ = gc.collect()
@@ -74,22 +84,36 @@ class TypeTable(dict):
 
     def get(self, cls: Any, default: Any = None) -> Any:
         key = _weak_key(cls)
-        return default if key is None else dict.get(self, key, default)
+        value = None if key is None else dict.get(self, key)
+        return default if value is None else value[0]
 
     def __getitem__(self, cls: Any) -> Any:
         key = _weak_key(cls)
         if key is None:
             raise KeyError(cls)
-        return dict.__getitem__(self, key)
+        return dict.__getitem__(self, key)[0]
 
     def __contains__(self, cls: Any) -> bool:
         key = _weak_key(cls)
         return key is not None and dict.__contains__(self, key)
 
     def __setitem__(self, cls: Any, entry: Any) -> None:
+        self.store(cls, entry, _core.type_version(cls))
+
+    def store(self, cls: Any, entry: Any, version: int) -> None:
+        """Keeps ``entry`` for ``cls``, computed from the class as it was at ``version`` (its tag
+        read before the entry was made: a change while it was made shows at the next look)."""
         key = _weak_key(cls)
         if key is not None:
-            dict.__setitem__(self, key, entry)
+            dict.__setitem__(self, key, (entry, version))
+
+    def current(self, cls: Any) -> bool:
+        """Whether ``cls`` has an entry made from the class as it is now (what the C walks ask
+        before they use one). A type with no version tag never has."""
+        key = _weak_key(cls)
+        value = None if key is None else dict.get(self, key)
+        version = _core.type_version(cls)
+        return value is not None and version != 0 and value[1] == version
 
     def pop(self, cls: Any, *default: Any) -> Any:
         key = _weak_key(cls)
@@ -97,7 +121,12 @@ class TypeTable(dict):
             if default:
                 return default[0]
             raise KeyError(cls)
-        return dict.pop(self, key, *default)
+        value = dict.pop(self, key, None)
+        if value is not None:
+            return value[0]
+        if default:
+            return default[0]
+        raise KeyError(cls)
 
     def prune(self) -> None:
         """Drops the entries of types that died (called between walks, never during one: the C

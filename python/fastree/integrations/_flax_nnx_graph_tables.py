@@ -69,12 +69,13 @@ class CheckTables:
         return self._record(cls, self.graph._node_kind, self.node_kinds, self.verified_nodes,
                             self.pending_nodes)
 
-    def _record(self, cls: type, kind_of: Any, table: dict[type, Any], verified: set[type],
+    def _record(self, cls: type, kind_of: Any, table: TypeTable, verified: set[type],
                 pending: list[type]) -> tuple[int, Any, Any]:
         # `cls`'s entry (unserved once it is left to flax), stored in `table`; pending until a
         # compared walk has met it, unless flax's own function runs for it anyway.
+        version = _core.type_version(cls)  # before anything reads the class
         entry = (UNSERVED, None, None) if cls in self.graph.fallbacks else kind_of(cls)
-        table[cls] = entry
+        table.store(cls, entry, version)
         if entry[0] not in _CALLS_ITS_OWN and cls not in verified:
             pending.append(cls)
         return entry
