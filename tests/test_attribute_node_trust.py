@@ -1,9 +1,9 @@
 """Attribute nodes read an instance natively only where it is the plain kind the fast path assumes.
 
-Red-team round 4: a slot descriptor copied from an unrelated class made every flatten read the
-instance at a foreign offset (a crash), and an instance whose ``__dict__`` was replaced by a dict
-subclass, or a class whose ``__getattribute__`` serves another ``__dict__``, flattened differently
-from Python's own reading. Such instances are read through ``getattr`` (or, for an integration,
+A slot descriptor copied from an unrelated class would have a native read look at a foreign
+offset (a crash), and an instance whose ``__dict__`` was replaced by a dict subclass, or a class
+whose ``__getattribute__`` serves another ``__dict__``, would flatten differently from Python's
+own reading. Such instances are read through ``getattr`` (or, for an integration,
 by the library's own functions), and the foreign descriptor raises what Python raises.
 """
 

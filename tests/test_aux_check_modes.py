@@ -2,7 +2,7 @@
 
 * ``"auto"`` (the default) warns for fastree's own API and checks nothing while fastree is
   installed into JAX: a routed ``jax.tree.map`` must not warn where JAX does not, or
-  ``python -W error`` breaks (red-team round 4, section 1).
+  ``python -W error`` breaks.
 * ``"off"`` is the one-line switch for the direct API; ``FASTREE_AUX_CHECKS`` sets the first
   value; asking for ``"warn"`` or ``"strict"`` brings the checks back while installed.
 * The flatten-time checks judge a value by its type: no ``__eq__`` (nor ``hash``) of the user's

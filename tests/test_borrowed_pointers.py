@@ -1,6 +1,6 @@
 """No borrowed pointer survives Python code; no owned reference leaks when a walk fails.
 
-Issue 12, finding 1, as a class: every PyTreeDef method and module function that walks a tree,
+Every PyTreeDef method and module function that walks a tree,
 a treedef or a leaf list is run while Python code it does not expect runs in the middle of it:
 finalizers of cyclic garbage collected at every allocation (``gc.set_threshold(1)``; on 3.10/3.11
 any allocation of a GC-tracked object can run them), ``__hash__``/``__eq__``/``__iter__`` and

@@ -3,7 +3,7 @@
 jaxlib sorts a snapshot of a dict's keys and looks each value up when it gets to that key, so an
 ``is_leaf`` or a custom node's flatten function that pops or replaces a later key is seen: a key
 gone is a ``KeyError``, a replaced value is the new one. fastree gathers the values first (its
-fast path) and looks them up again once such code has run (red-team round 4, finding c). Every
+fast path) and looks them up again once such code has run. Every
 expected result here is JAX's own (``jax_interop.compat.tree_util``), in plain and installed runs.
 """
 
@@ -163,7 +163,7 @@ def _dict_grown_by_a_key_hash() -> dict:
     ],
 )
 def test_a_key_hash_growing_its_dict_follows_the_installed_jax(operation):
-    # Red-team round 4, finding d: the lookups of a dict whose keys sort in Python run each
+    # The lookups of a dict whose keys sort in Python run each
     # key's __hash__; one that adds keys leaves JAX up to 0.10 a treedef it rejects
     # (RuntimeError), and later JAX the dict as the walk reached it.
     def run(lib):

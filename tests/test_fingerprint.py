@@ -341,7 +341,7 @@ def test_sharing_in_fingerprint_and_round_trip():
 
 
 # ------------------------------------------------------------------------------------------------
-# equal fingerprints imply equal treedefs (issue 12, finding 6; repro_07)
+# equal fingerprints imply equal treedefs
 #
 # Lookalikes: values whose encodings would match while treedef equality tells them apart.
 
@@ -446,7 +446,7 @@ def test_lookalike_aux_never_share_a_fingerprint(first, second):
     assert None in fingerprints or len(fingerprints) == 2
 
 
-def test_repro_07_node_types_with_one_name():
+def test_node_types_with_one_name_have_distinct_fingerprints():
     a, b = tu.tree_structure(BOX_1(1)), tu.tree_structure(BOX_2(1))
     assert a != b and a.fingerprint() != b.fingerprint()
     assert a.fingerprint() == tu.tree_structure(BOX_1(2)).fingerprint()  # stable in-process

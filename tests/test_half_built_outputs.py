@@ -1,11 +1,11 @@
-"""No output container is reachable from Python code before it is complete (red-team round 3, 1).
+"""No output container is reachable from Python code before it is complete.
 
 A list or tuple made with ``PyList_New`` / ``PyTuple_New`` is GC-tracked from birth, with empty
 slots. If a walker makes it first and then fills it while running Python code (f, a custom
 flatten, a property, a key maker, or any allocation, which can run the cyclic GC and its
 finalizers), that code can find it through ``gc.get_referrers`` / ``gc.get_objects``: reading an
-empty slot crashes, and resizing it frees the slots the walker writes to (repro_15). Every walker
-now makes its outputs' items first and the container last (``NewSequenceOf`` in
+empty slot crashes, and resizing it frees the slots the walker writes to. Every walker
+makes its outputs' items first and the container last (``NewSequenceOf`` in
 ``csrc/util/pyutils.h``, ``MapSequence`` in ``csrc/treedef/map_single_pass.cpp``).
 
 These tests play the hostile program in a child interpreter (a crash fails the test instead of

@@ -1,4 +1,4 @@
-"""Hostile input: the red-team findings of issue #12, each pinned, and the classes behind them.
+"""Hostile input: programs that attack the walks, each case pinned, and the classes behind them.
 
 * A borrowed pointer kept across code that can run Python: trees mutated by cyclic-GC finalizers
   that run at every allocation (``gc.set_threshold(1)``), over every entry point and node kind.
@@ -50,8 +50,8 @@ def run_child(code: str, timeout: int = 240) -> str:
 
 
 def test_flatten_up_to_list_emptied_by_a_finalizer_during_allocation():
-    # repro_01: the allocation of flatten_up_to's result runs the cyclic GC, whose finalizer
-    # empties the very list being cut. Before: use-after-free (SIGSEGV or freed leaves).
+    # The allocation of flatten_up_to's result runs the cyclic GC, whose finalizer
+    # empties the very list being cut: a borrowed item would be a use-after-free.
     out = run_child(
         """
         import gc
@@ -259,8 +259,8 @@ def test_map_mismatch_is_explained_without_jaxlib(monkeypatch):
 
 
 def test_map_mismatch_keeps_the_recursion_budget():
-    # repro_04: a failing multi-tree tree_map whose second tree contains itself left the
-    # interpreter's recursion counter corrupted (jaxlib's flatten on the error path).
+    # A failing multi-tree tree_map whose second tree contains itself left the
+    # interpreter's recursion counter corrupted if the error path went through jaxlib's flatten.
     class Loop:
         pass
 
@@ -433,7 +433,7 @@ def _unorderable_dict(rng: random.Random, size: int) -> dict:
 
 
 def test_dict_keys_without_a_total_order_follow_jaxs_order():
-    # repro_05: JAX sorts with libstdc++'s stable_sort over `<`; list.sort gave another order.
+    # JAX sorts with libstdc++'s stable_sort over `<`; list.sort gives another order.
     rng = random.Random(5)
     for _ in range(400):
         d = _unorderable_dict(rng, rng.randint(0, 80))
@@ -519,7 +519,7 @@ def test_dict_keys_in_every_insertion_order_sort_as_jax_does(order):
 
 
 def test_type_registered_on_jaxlibs_registry_object_is_a_node():
-    # repro_06: default_registry.register_node registers with jaxlib only.
+    # default_registry.register_node registers with jaxlib only: the core must see it too.
     class Pair:
         def __init__(self, a, b):
             self.a, self.b = a, b
@@ -756,7 +756,7 @@ def test_aux_report_takes_the_key_path_from_a_walk_that_keeps_one(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
-# 5. a tuple subclass whose `_fields` raises (red-team round 3, finding 5)
+# 5. a tuple subclass whose `_fields` raises
 
 
 class _FieldsRaise(tuple):
@@ -780,7 +780,7 @@ def test_tuple_subclass_whose_fields_raise_is_a_leaf_as_in_jax():
 
 
 # ------------------------------------------------------------------------------------------------
-# 6. flatten_up_to of a namedtuple of a registered namedtuple type (red-team round 3, finding 6)
+# 6. flatten_up_to of a namedtuple of a registered namedtuple type
 
 
 _NTExpected = collections.namedtuple("_NTExpected", "x y")

@@ -1,11 +1,11 @@
-"""Every operation is linear in the tree, past every internal cache (red-team round 3, finding 3).
+"""Every operation is linear in the tree, past every internal cache.
 
 Measured by counting work, not time: the key entries the core asks its makers for
 (``fastree.jax_interop.key_makers``, wrapped here by counting ones) while each operation runs once over a
 list wider than the key cache (2**17 children). A linear operation makes each entry past the
-cache a bounded number of times; the quadratic one of repro_17 (``_nodes()``, and so
-``serialize()``, ``fingerprint()``, ``diff()``, made a fresh block of ~2**18 entries for every
-child past the cache and threw it away) made about ``extra * 2**18``.
+cache a bounded number of times; a quadratic one (making a fresh block of ~2**18 entries for
+every child past the cache and throwing it away, as ``_nodes()`` and so ``serialize()``,
+``fingerprint()`` and ``diff()`` could) would make about ``extra * 2**18``.
 
 The benchmark suite shows the same in time (the ``scaling`` rows, up to 10**6 children).
 """

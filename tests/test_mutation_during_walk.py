@@ -1,4 +1,4 @@
-"""Trees that user code changes while a walk reads them: one rule, JAX's (red-team round 3, 4).
+"""Trees that user code changes while a walk reads them: one rule, JAX's.
 
 The rule (docs/reliability.md): containers are read as jaxlib reads them wherever that is
 memory-safe. A list's length when the walk reaches it is its number of children, and child i is
@@ -125,7 +125,7 @@ def test_single_pass_map_takes_a_shrunk_lists_items_as_first_read():
 
 
 class _Key:
-    """A dict key whose comparison replaces the dict's contents (repro_19)."""
+    """A dict key whose comparison replaces the dict's contents."""
 
     def __init__(self, v, d=None):
         self.v, self.d = v, d

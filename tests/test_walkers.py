@@ -14,8 +14,8 @@ with a bad aux_data), ``structure_diff`` / ``PyTreeDef.diff`` / ``explain_retrac
 * honour ``is_leaf`` where it takes one.
 
 Every case runs under a time bound (``bounded``: SIGALRM raising a BaseException, which no
-walker swallows) generous enough to catch only hangs and blowups; the red-team reproducer for
-the reporter runs in a subprocess with a timeout, so the old code fails instead of hanging.
+walker swallows) generous enough to catch only hangs and blowups; the case whose failure mode
+is a hang runs in a subprocess with a timeout, so a regression fails instead of hanging.
 Plain-container DAGs are only given to the walkers of live trees: ``tree_flatten`` itself
 expands a DAG of plain nodes (as JAX does), so treedef walkers get DAGs of identity-preserving
 nodes, whose treedefs hold shared references.
@@ -301,7 +301,7 @@ def flatten_warnings(tree, **kwargs):
     return [str(w.message) for w in record if issubclass(w.category, fastree.AuxDataWarning)]
 
 
-REPRO_11 = textwrap.dedent(
+CYCLE_STOPPED_BY_IS_LEAF = textwrap.dedent(
     """
     import numpy as np
     import fastree.tree_util as ftu
@@ -318,12 +318,12 @@ REPRO_11 = textwrap.dedent(
 )
 
 
-def test_repro_11_is_leaf_stopping_at_a_cycle_returns_at_once():
-    # Used to run ~30 minutes: the reporter re-walked the cycle up to a million visits,
-    # building a path tuple of length d at depth d. In a subprocess, so that the old code
-    # fails this test by its timeout instead of hanging the suite.
+def test_is_leaf_stopping_at_a_cycle_returns_at_once():
+    # A reporter that re-walked the cycle would make up to a million visits, building a path
+    # tuple of length d at depth d (about 30 minutes). In a subprocess, so that such a
+    # regression fails this test by its timeout instead of hanging the suite.
     proc = subprocess.run(
-        [sys.executable, "-W", "always", "-c", REPRO_11],
+        [sys.executable, "-W", "always", "-c", CYCLE_STOPPED_BY_IS_LEAF],
         capture_output=True,
         text=True,
         timeout=WALK_TIME_BOUND,

@@ -99,8 +99,8 @@ inline bool ReadValueAgain(PyObject* dict, Item& item) {
 //
 // After a sort that ran Python code, each value is read again from the dict, by key, as jaxlib
 // does (it sorts a snapshot of the keys, then looks every value up): a comparison that changed
-// the dict is seen as JAX sees it, a key it removed raising JAX's KeyError (red-team round 3,
-// repro_19). Where the keys are str or int, sorting runs no Python code and the gathered values
+// the dict is seen as JAX sees it, a key it removed raising JAX's KeyError
+// (tests/test_dict_read_order.py). Where the keys are str or int, sorting runs no Python code and the gathered values
 // are the dict's (GatherDictItems).
 //
 // `read_again` false leaves that to the caller: read::Values looks each value up when the walk

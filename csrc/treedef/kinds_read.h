@@ -66,7 +66,7 @@ inline bool ReserveDictKeys(const fastree::Items& items) {
 // and on failure ReleaseItems drops the rest.
 //
 // `dict`: the dict the items were gathered from, or null. jaxlib reads a dict's value when it
-// reaches its key (red-team round 4, repro_24): once code JAX also runs mid-walk has run since
+// reaches its key (tests/test_dict_read_order.py): once code JAX also runs mid-walk has run since
 // `epoch` (UserCodeEpoch() before the gathering: an is_leaf or custom flatten that pops or
 // replaces a later key, a Python key sort), each later value is looked up again, a key gone
 // raising JAX's KeyError. Until then the gathered values are the dict's. Registered mappings
@@ -320,7 +320,7 @@ bool NamedTupleKind::Read(Walk& w, PyObject* obj, const Registration*) {
 // replaces items ahead of the walk is seen doing so, one that appends is not). jaxlib reads past
 // the end of a list that shrank meanwhile; here that is a RuntimeError (ListShrank). Every walker
 // reads lists this way (flatten and its variants, tree_map's single pass), so a list mutated
-// during a walk gives one answer, JAX's (red-team round 3, finding 4; README, "Reliability").
+// during a walk gives one answer, JAX's (tests/test_mutation_during_walk.py; README, "Reliability").
 template <class Walk>
 bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
     RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);

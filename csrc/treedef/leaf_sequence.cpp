@@ -87,7 +87,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     // The output is f's results' only home, and until the last one is in it is the walk's
     // private buffer: untracked by the cyclic GC at once, so no gc.get_referrers finds it half
     // built, and no reference to it leaves here before it is complete. A container Python could
-    // reach half built could be resized under the walk (red-team round 3, repro_15).
+    // reach half built could be resized under the walk (tests/test_half_built_outputs.py).
     // Allocating can run the cyclic GC, whose finalizers may change a list `tree`: the items are
     // read after it, and nothing from there to the end of the first pass runs Python code.
     Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));

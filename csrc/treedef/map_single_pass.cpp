@@ -127,7 +127,7 @@ class SinglePassMapper {
     // only when complete, and no reference to it leaves the walk before then. A half-built
     // container that Python could reach (gc.get_referrers finds every tracked container that
     // refers to the input's items) would let f resize it and free the slots the walk writes to
-    // (red-team round 3, repro_15). The same holds for every output container of every walker:
+    // (tests/test_half_built_outputs.py). The same holds for every output container of every walker:
     // none is reachable before its last item is known. (The output itself is the buffer: no
     // second buffer to allocate and copy out of at the end.)
     //

@@ -49,7 +49,7 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
 PyObject* NodeRecords(const TreeDef& def) {
     // The key entries of a container past the key cache's 2**17 children are made in one block
     // and kept for the whole call: outside a walk, each would come from a block of its own,
-    // thrown away (quadratic in the arity: red-team round 3, repro_17).
+    // thrown away (quadratic in the arity: tests/test_linear_work.py).
     keys::WalkScope key_scope;
     // Each record runs Python code (allocations, key makers): NewSequenceOf (pyutils.h).
     return NewSequenceOf<true>(def.num_nodes(), [&](Py_ssize_t i) { return NodeRecord(def, i); });

@@ -453,7 +453,7 @@ inline Ref OptionalRef(PyObject* borrowed) {
 // code in between. Making an item can run Python code (a callback, or any allocation of a
 // GC-tracked object: the cyclic GC and its finalizers), and a container allocated first is
 // GC-tracked with empty slots meanwhile: reachable half-built (gc.get_objects,
-// gc.get_referrers), where reading an empty slot crashes (red-team round 3, finding 1). Use it
+// gc.get_referrers), where reading an empty slot crashes (tests/test_half_built_outputs.py). Use it
 // wherever building an output's items can run Python code.
 // Transfers a vector of owned references into a new tuple or list (no INCREF: ownership moves;
 // `items` is left empty), or null with an error set (`items` still owns them). The allocation
