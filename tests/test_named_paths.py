@@ -114,3 +114,32 @@ def test_the_check_fails_on_a_missing_path():
     assert _missing("// nnx/missing.h", False) == []
     assert _missing("flax's own `tests/nnx` and flax 0.12.8 `tests/nnx`", False) == []
     assert _missing("the job's `tests/nnx`", False) == ["tests/nnx"]
+
+
+_HISTORY_TAG = re.compile(r"red-team round|\brepro_\d+|\bfinding \d+\b|\bissue #?\d+, (?:finding|section)",
+                          re.IGNORECASE)
+
+
+def _code_files() -> list[Path]:
+    files = [*ROOT.glob("csrc/**/*.h"), *ROOT.glob("csrc/**/*.cpp"),
+             *ROOT.glob("python/fastree/**/*.py"), *ROOT.glob("python/fastree/**/*.pyi"),
+             *ROOT.glob("tests/*.py")]
+    return sorted(path for path in files if path.name != Path(__file__).name)
+
+
+def test_code_and_tests_say_what_they_guard_not_when_it_was_found():
+    # A comment or test names the behaviour it keeps; when a round of review found it belongs in
+    # the history docs (docs/performance-history.md, docs/reliability.md).
+    tagged = [f"{path.relative_to(ROOT)}:{number}"
+              for path in _code_files()
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if _HISTORY_TAG.search(line)]
+    assert not tagged, tagged
+    assert not [path for path in _code_files()
+                if re.search(r"redteam|round\d|repro_?\d", path.name, re.IGNORECASE)]
+
+
+def test_the_history_check_catches_a_tag():
+    assert _HISTORY_TAG.search("// a walk (red-team round 3, repro_15)")
+    assert _HISTORY_TAG.search("# equal fingerprints (issue 12, finding 6)")
+    assert not _HISTORY_TAG.search("# the first finding of the check")
