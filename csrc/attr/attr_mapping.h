@@ -61,7 +61,7 @@ PyObject* BuildMapping(const AttrNode* node, PyObject* aux, PyObject* const* chi
 // The key of child k: GetAttrKey(name) or SequenceKey(int). A new reference.
 PyObject* MappingChildKey(PyObject* aux, Py_ssize_t k);
 
-// object.__new__(cls) (attr_node.cpp).
+// object.__new__(cls) (attr/attr_rebuild.cpp).
 PyObject* NewInstance(PyObject* cls);
 
 // nnx's key order, shared by the mapping layout and flax's graph walk (nnx_graph):

@@ -3,9 +3,9 @@
 // graph walks' own names included), object.__new__ with fields set as a frozen dataclass sets
 // them (NewRecord, nnx_shared.cpp), how a TraceState is made (TraceStates), and a Variable made
 // as Variable._new makes it (NewVariable). Tree mode rebuilds a Variable with them
-// (attr_node.cpp: a meta_items node with trace_classes); graph mode (nnx/) makes its records,
-// TraceStates and Variables with them. Here, in attr/, the lower of the two layers, so that both
-// include it downward; in namespace nnx_graph, where graph mode uses it unqualified.
+// (attr/attr_rebuild.cpp: a meta_items node with trace_classes); graph mode (nnx/) makes its
+// records, TraceStates and Variables with them. Here, in attr/, the lower of the two layers, so
+// that both include it downward; in namespace nnx_graph, where graph mode uses it unqualified.
 #pragma once
 
 #include <Python.h>

@@ -37,11 +37,11 @@
 // __dict__ holds other than the fields) before any native output leaves; if it finds a
 // difference, the node delegates to the library's functions from then on (use_library).
 //
-// Why this header is in registry/ and its code in attr/ (attr_node.cpp, attr_mapping.cpp): an
-// attribute node is a node kind. The registry registers one (RegisterAttribute) and the treedef
-// walkers read and rebuild it (treedef/kinds_read.h, node_kinds.cpp), so the layout and what it
-// offers them sit below both; the code needs the registry's keys, dict items and
-// DelegateAttribute, so it sits above.
+// Why this header is in registry/ and its code in attr/ (attr/attr_*.cpp: read, check, rebuild,
+// node_new, node_type, mapping): an attribute node is a node kind. The registry registers one
+// (RegisterAttribute) and the treedef walkers read and rebuild it (treedef/kinds_read.h,
+// node_kinds.cpp), so the layout and what it offers them sit below both; the code needs the
+// registry's keys, dict items and DelegateAttribute, so it sits above.
 #pragma once
 
 #include <Python.h>

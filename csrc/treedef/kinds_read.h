@@ -443,7 +443,7 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
     if (!guard.ok()) return false;
     attr::AttrNode* node = attr::AsNode(reg->attr_node);
-    attr::Fields fields;  // every child read (owned) before any is visited: see attr_node.cpp
+    attr::Fields fields;  // every child read (owned) before any is visited: see attr/attr_read.cpp
     // A mapping-layout node's keys come from its aux data (its names differ per instance).
     const bool per_instance_keys = node->mapping != nullptr;
     switch (attr::Read(node, obj, Walk::kDef || (Walk::kPaths && per_instance_keys), &fields)) {

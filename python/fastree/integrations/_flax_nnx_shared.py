@@ -19,9 +19,10 @@ TYPING_MODULE = "flax.typing"
 TRACERS_MODULE = "flax.nnx.tracers"
 
 # What the tree-mode nodes reproduce (the mapping layout, csrc/attr/attr_mapping.h; the Variable node
-# and its rebuild in C, csrc/attr/attr_node.cpp and csrc/attr/nnx_shared.h). Each node kind is
-# served only where its code is that of a release in _known_flax.KNOWN_CODE. Two gates, because
-# flax registers its Variable classes before pytreelib is loaded.
+# and its rebuild in C, csrc/attr/attr_read.cpp, csrc/attr/attr_rebuild.cpp and
+# csrc/attr/nnx_shared.h). Each node kind is served only where its code is that of a release in
+# _known_flax.KNOWN_CODE. Two gates, because flax registers its Variable classes before pytreelib
+# is loaded.
 _VARIABLE_MIRRORED = tuple(
     _mirrored_code.Mirrored(module, name) for module, names in (
         (VARIABLE_MODULE, ("_variable_flatten", "_variable_flatten_with_keys",
