@@ -25,6 +25,7 @@ from pathlib import Path
 import fastree.tree_util as tu
 import pytest
 from fastree import _core
+from helpers import run_json_program
 
 HERE = Path(__file__).parent
 MODELS = HERE / "nnx_random_models.py"
@@ -199,3 +200,52 @@ def test_meta_items_layout_sorts_the_metadata():
     v._var_metadata = {1: "not a str key"}
     with pytest.raises(TypeError, match="must be a dict of str keys"):
         node.flatten(v)
+
+
+_OWN_GETATTRIBUTE = """
+import json, sys
+import jax
+from flax import nnx
+import optax
+from fastree import integrations, _core
+from fastree.jax_interop import compat
+
+class Logged(nnx.Module):  # a user's module whose attribute lookup is its own
+    def __init__(self):
+        self.w = nnx.Param(1.0)
+        self.b = 2.0
+
+    def __getattribute__(self, name):
+        return super().__getattribute__(name)
+
+model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+trees = {"optimizer": nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), "logged": Logged()}
+out = {}
+for name, tree in trees.items():
+    calls = [jax.tree_util.tree_structure(tree) for _ in range(4)]
+    leaves = [compat.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(tree)]
+    out[name] = {
+        "status": integrations.status(type(tree)),
+        "node": _core.attribute_node(type(tree)) is not None,
+        "same_leaves": all(a is b for a, b in zip(*leaves)) and len(leaves[0]) == len(leaves[1]),
+        "num_leaves": calls[-1].num_leaves,
+        "rebuilt": type(jax.tree_util.tree_unflatten(calls[-1], leaves[1])).__name__,
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not _flax_known(), reason="flax code the integration does not know")
+def test_a_class_read_through_its_own_getattribute_is_the_librarys_from_the_start():
+    # The node could never read such an instance (the library reads each one, and no first-
+    # instance check runs): flax's Optimizer and a user's module with a __getattribute__ of its
+    # own are flax's from their first instance, and status says why, not "checking" forever.
+    plain = run_json_program(_OWN_GETATTRIBUTE, installed=False)
+    installed = run_json_program(_OWN_GETATTRIBUTE, installed=True)
+    for name, cls in (("optimizer", "Optimizer"), ("logged", "Logged")):
+        got = installed[name]
+        assert got["status"] == (f"library: {cls} has its own __getattribute__, through which "
+                                 "the library reads every instance: nothing native to compare")
+        assert not got["node"] and got["same_leaves"]
+        assert got["num_leaves"] == plain[name]["num_leaves"]
+        assert got["rebuilt"] == plain[name]["rebuilt"] == cls

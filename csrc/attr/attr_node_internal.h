@@ -38,6 +38,14 @@ struct Instance {
 // class's with; once, when the type is made. False with an error set.
 bool InitPlainAttributeAccess();
 
+// Whether instances of `t` find `__dict__` as object does: the generic lookup, object's own
+// __getattribute__ (a class that adds only __getattr__: it runs for names the lookup misses,
+// never for __dict__), or a __getattribute__ the integration vouched for
+// (trusted_getattribute: the library's own, which passes __dict__ and the fields through
+// unchanged; the checks on first instances compare the native read with the library's
+// functions). _PyType_Lookup runs no Python code (the type's method cache).
+bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t);
+
 // Read (registry/attr_node.h) is ReadFields with check=true. The native_* methods read with
 // check=false: no checker runs, and use_library and delegate_irregular are not consulted.
 Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fields* out);

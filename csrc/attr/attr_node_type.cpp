@@ -198,6 +198,11 @@ int SetUseLibrary(PyObject* self, PyObject* value, void*) {
     }
     return 0;
 }
+PyObject* GetPlainAttributeAccess(PyObject* self, void*) {
+    AttrNode* node = Self(self);
+    return PyBool_FromLong(
+        PlainAttributeAccess(node, reinterpret_cast<PyTypeObject*>(node->cls)));
+}
 PyObject* GetChecksLeft(PyObject* self, void*) {
     return PyLong_FromLong(Self(self)->checks_left);
 }
@@ -211,6 +216,10 @@ PyGetSetDef kGetSet[] = {
     {"use_library", GetUseLibrary, SetUseLibrary,
      "Whether the library's own functions answer (a check found a difference).", nullptr},
     {"checks_left", GetChecksLeft, nullptr, "First instances still to be checked.", nullptr},
+    {"plain_attribute_access", GetPlainAttributeAccess, nullptr,
+     "Whether the class's instances can be read natively: its attribute lookup is object's (or\n"
+     "the __getattribute__ the integration vouched for). Else the library reads each one.",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

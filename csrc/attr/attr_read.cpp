@@ -15,19 +15,6 @@ namespace {
 PyObject* g_getattribute_name = nullptr;
 PyObject* g_object_getattribute = nullptr;
 
-// Whether instances of `t` find `__dict__` as object does: the generic lookup, object's own
-// __getattribute__ (a class that adds only __getattr__: it runs for names the lookup misses,
-// never for __dict__), or a __getattribute__ the integration vouched for
-// (trusted_getattribute: the library's own, which passes __dict__ and the fields through
-// unchanged; the checks on first instances compare the native read with the library's
-// functions). _PyType_Lookup runs no Python code (the type's method cache).
-bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
-    if (t->tp_getattro == PyObject_GenericGetAttr) return true;
-    PyObject* getattribute = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
-    return getattribute == g_object_getattribute ||
-           (node->trusted_getattribute != nullptr && getattribute == node->trusted_getattribute);
-}
-
 // Reads `obj`'s __dict__ into *inst. False with an error set on failure. Asking for it makes
 // the dict if the instance keeps its attributes inline (CPython 3.11+), as `obj.__dict__` in
 // the library's own flatten does.
@@ -254,6 +241,14 @@ PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
 }
 
 }  // namespace
+
+bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
+    if (t->tp_getattro == PyObject_GenericGetAttr) return true;
+    PyObject* getattribute = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
+    return getattribute == g_object_getattribute ||
+           (node->trusted_getattribute != nullptr && getattribute == node->trusted_getattribute);
+}
+
 
 bool InitPlainAttributeAccess() {
     if (g_getattribute_name == nullptr) {

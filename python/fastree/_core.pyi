@@ -142,6 +142,10 @@ class AttrNode:
     @property
     def checks_left(self) -> int: ...
     @property
+    def plain_attribute_access(self) -> bool:
+        """Whether the class's instances can be read natively (its attribute lookup is
+        object's, or the ``__getattribute__`` the integration vouched for)."""
+    @property
     def use_library(self) -> bool: ...
     @use_library.setter
     def use_library(self, value: bool) -> None: ...

@@ -47,14 +47,26 @@ def bind_graph_walks(installed: bool) -> None:
 
 
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
-    """The checked AttrNode an integration offers for this registration, or None."""
+    """The checked AttrNode an integration offers for this registration, or None.
+
+    None also for a class whose own ``__getattribute__`` (one its integration did not vouch
+    for) would make the library read every instance: the node could never read one, so its
+    first-instance checks would never run, and each call would pay for a native read that
+    gives up. Such a class is the library's from the start, and :func:`status` says why.
+    """
     for marker, name in _LIBRARIES:
         if marker not in sys.modules:
             continue
         integration = importlib.import_module(f"{__name__}.{name}")
         node = integration.native_node(cls, flatten_with_keys, unflatten, flatten)
-        if node is not None:
-            return node
+        if node is None:
+            continue
+        if not node.plain_attribute_access:
+            _checked.fallbacks[cls] = (
+                f"{cls.__qualname__} has its own __getattribute__, through which the library "
+                "reads every instance: nothing native to compare")
+            return None
+        return node
     return None
 
 
@@ -73,6 +85,13 @@ def accelerate() -> list[type]:
 def status(cls: type) -> str:
     """How fastree reads ``cls``: natively, still being checked, or by its library (and why).
 
+    ``"checking"``: the next instances a tree walk (``jax.tree_util``'s functions, fastree's)
+    meets are compared with the library's own functions before their native result is used; the
+    comparison costs those calls alone (each runs the library's flatten and unflatten besides
+    the node's), and a walk that never reaches the node, such as flax's graph-mode walks, costs
+    nothing and ends nothing. A class whose own ``__getattribute__`` makes the library read
+    every instance leaves nothing to compare: it is ``"library: ..."`` from its first instance.
+
     For a flax.nnx class that flax's graph mode walks with its own functions after a difference,
     ``"; graph mode: flax: <reason>"`` follows (:func:`fastree.integrations.flax_nnx_graph.status`
     has the whole picture).
@@ -86,7 +105,8 @@ def _tree_status(cls: type) -> str:
         reason = _checked.fallbacks.get(cls)
         return f"library: {reason}" if reason else "not an attribute node"
     if node.use_library:
-        return f"library: {_checked.fallbacks.get(cls, 'switched by hand')}"
+        why = _checked.fallbacks.get(cls) or node.library_reason or "switched by hand"
+        return f"library: {why}"
     return "checking" if node.checks_left else "native"
 
 
