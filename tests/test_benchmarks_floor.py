@@ -30,7 +30,13 @@ from benchmarks.report import render_markdown, render_table
 from benchmarks.selection import case_selected
 from benchmarks.workloads import WORKLOAD_OP, WORKLOADS
 from benchmarks.workloads.base import FLOOR, Workload
-from benchmarks.workloads.floor import check_same_leaves, mirror_containers, with_floor
+from benchmarks.workloads.floor import (
+    check_builtin_twin,
+    check_same_leaves,
+    foreign_nodes,
+    mirror_containers,
+    with_floor,
+)
 
 FLOOR_WORKLOADS = [w for w in WORKLOADS if w.group == FLOOR]
 EXPECTED = {
@@ -77,6 +83,49 @@ def test_check_same_leaves_refuses_a_twin_with_other_leaves() -> None:
     assert check_same_leaves([a, (b,)], {"x": b, "y": a}) == 2  # any order
     with pytest.raises(RuntimeError, match="other leaves"):
         check_same_leaves([a, b], [a, object()])
+
+
+def test_a_twin_with_a_library_node_or_another_shape_is_refused() -> None:
+    jax = pytest.importorskip("jax")
+    from collections import namedtuple
+
+    class Box:
+        def __init__(self, x: Any) -> None:
+            self.x = x
+
+    jax.tree_util.register_pytree_node(Box, lambda b: ((b.x,), None), lambda _, c: Box(*c))
+    pair = namedtuple("pair", "a b")
+    a, b = object(), object()
+    assert foreign_nodes([pair(a, None), {"k": (b,)}]) == []
+    assert foreign_nodes({"k": [Box(a)]}) == [f"['k'][0]: {Box.__module__}.{Box.__qualname__}"]
+    with pytest.raises(RuntimeError, match="keeps library nodes"):
+        check_builtin_twin([Box(a)], [Box(a)])
+    # The same leaves, builtin nodes, but not the tree's shape: one node more.
+    with pytest.raises(RuntimeError, match="nodes, the tree"):
+        check_builtin_twin([Box(a)], [[(a,)]])
+    assert check_builtin_twin([Box(a)], [(a,)]) == 1
+
+
+@pytest.mark.parametrize("library", ["nnx", "equinox"])
+def test_the_library_twins_are_builtin_nodes_of_the_models_shape(library: str) -> None:
+    # The floor rows measure against this twin: it must be builtin nodes only, with the model's
+    # leaves and number of nodes (an nnx Pytree's PytreeState and an nnx.State included).
+    if library == "nnx":
+        pytest.importorskip("flax.nnx")
+        from benchmarks.workloads import nnx_floor
+        from benchmarks.workloads.nnx_ops import _state
+
+        state = _state.__wrapped__(2)
+        tree, twin = (state.model, state.optimizer), nnx_floor.mirror((state.model, state.optimizer))
+    else:
+        pytest.importorskip("equinox")
+        from benchmarks.workloads import equinox_floor
+        from benchmarks.workloads.equinox_ops import _model
+
+        tree = _model(2)
+        twin = equinox_floor.mirror(tree)
+    assert foreign_nodes(twin) == []
+    assert check_builtin_twin(tree, twin) > 0
 
 
 @pytest.fixture(scope="module")

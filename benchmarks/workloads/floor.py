@@ -47,6 +47,45 @@ def check_same_leaves(tree: Any, twin: Any) -> int:
     return len(ours)
 
 
+def foreign_nodes(twin: Any) -> list[str]:
+    """The node types in ``twin`` other than list, tuple, namedtuple, dict and None, by the path
+    where each is met (a floor twin must have none: the floor is builtin nodes only). A leaf is
+    anything JAX flattens to itself."""
+    import jax
+
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [("", twin)]
+    while stack:
+        path, x = stack.pop()
+        if x is None:
+            continue
+        if type(x) in (list, tuple) or (isinstance(x, tuple) and hasattr(x, "_fields")):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(x))
+        elif type(x) is dict:
+            stack.extend((f"{path}[{k!r}]", v) for k, v in x.items())
+        elif jax.tree_util.tree_leaves(x) != [x] or not jax.tree_util.all_leaves([x]):
+            found.append(f"{path or 'the root'}: {type(x).__module__}.{type(x).__qualname__}")
+    return found
+
+
+def check_builtin_twin(tree: Any, twin: Any) -> int:
+    """The number of leaves, after checking that ``twin`` holds the very same leaves as
+    ``tree``, in builtin nodes only, with as many nodes as ``tree``'s treedef: the floor of the
+    same shape. Raises RuntimeError saying what differs."""
+    import jax
+
+    leaves = check_same_leaves(tree, twin)
+    foreign = foreign_nodes(twin)
+    if foreign:
+        raise RuntimeError(f"the builtin-shape twin keeps library nodes: {foreign[:3]} "
+                           f"({len(foreign)} in all)")
+    ours, theirs = jax.tree_util.tree_structure(tree), jax.tree_util.tree_structure(twin)
+    if ours.num_nodes != theirs.num_nodes:
+        raise RuntimeError(f"the builtin-shape twin has {theirs.num_nodes} nodes, the tree "
+                           f"{ours.num_nodes}: the mirror does not follow the library's flatten")
+    return leaves
+
+
 def prepared_against_twin(
     tree: Any, subject: Any, mirror: Callable[[Any], Any],
     make: Callable[[Any, Any], tuple[Callable[[], Any], Callable[[], Any]]], size: str,
@@ -54,7 +93,7 @@ def prepared_against_twin(
     """``make(subject, twin)``'s call and floor, for ``tree`` and its checked twin ``mirror(tree)``
     (``size`` names the model; the leaf count follows)."""
     twin = mirror(tree)
-    leaves = check_same_leaves(tree, twin)
+    leaves = check_builtin_twin(tree, twin)
     call, floor = make(subject, twin)
     return with_floor(call, floor, f"{size}, {leaves} leaves")
 

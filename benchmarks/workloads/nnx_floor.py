@@ -4,14 +4,17 @@ the same shape made of builtin containers, in the same process (``floor``).
 The tree is ``nnx_ops``'s ``(model, optimizer)``: flax's graph-overhead MLP (20 blocks of
 ``nnx.Linear`` + ``nnx.BatchNorm``, width 32) with an adam ``nnx.Optimizer``. Its twin: a
 Variable -> a 1-tuple of its value, a Pytree/Module -> a dict of the attributes flax flattens as
-children (``_pytree__nodes``; static attributes are aux data, not children), lists, tuples,
-namedtuples and dicts rebuilt around their items: the same leaves in builtin nodes. The jit rows'
+children (``_pytree__nodes``; static attributes are aux data, not children), a Pytree's
+``PytreeState`` (a node of no children) -> an empty tuple, an ``nnx.State`` -> a dict of its
+items, lists, tuples, namedtuples and dicts rebuilt around their items: the same leaves and as
+many nodes, in builtin nodes only (``floor.check_builtin_twin`` refuses any other). The jit rows'
 floor is a ``jax.jit`` identity on the state's arrays in a list.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +34,14 @@ def mirror(x: Any) -> Any:
     """The builtin-shape twin of an nnx tree (the module docstring says how it is made)."""
     from flax import nnx
 
+    pytree_state = getattr(sys.modules.get("flax.nnx.pytreelib"), "PytreeState", None)
+    state_type = getattr(nnx, "State", None)
+
     def node(value: Any) -> Any | None:
+        if pytree_state is not None and type(value) is pytree_state:
+            return ()
+        if state_type is not None and isinstance(value, state_type):
+            return {k: mirror_containers(v, node) for k, v in value.items()}
         if isinstance(value, nnx.Variable):
             return (value.get_value() if hasattr(value, "get_value") else value.value,)
         if isinstance(value, nnx.Pytree if hasattr(nnx, "Pytree") else nnx.Module):
