@@ -135,6 +135,11 @@ def test_code_and_tests_say_what_they_guard_not_when_it_was_found():
               for number, line in enumerate(path.read_text().splitlines(), 1)
               if _HISTORY_TAG.search(line)]
     assert not tagged, tagged
+    outside = [f"{path.relative_to(ROOT)}:{number}"
+               for path in _code_files()
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if re.search(r"\.\./(?:shared|\.library)\b", line)]
+    assert not outside, f"names a file outside the repository: {outside}"
     assert not [path for path in _code_files()
                 if re.search(r"redteam|round\d|repro_?\d", path.name, re.IGNORECASE)]
 

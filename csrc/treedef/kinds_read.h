@@ -366,8 +366,8 @@ template <class Walk>
         // tree_leaves: a dict whose values are all plain leaves (a layer's kernel and bias) adds
         // them and is done, its keys never referenced: visiting a plain leaf with no is_leaf runs
         // no Python code, so nothing can change the dict before the last value is taken. Two
-        // reference-count updates per key were most of tree_leaves' distance from the minimal C
-        // walk (../shared/floor) on a transformer's parameters.
+        // reference-count updates per key were most of tree_leaves' distance from a minimal C
+        // walk on a transformer's parameters (docs/performance-history.md).
         if (sorted && w.BareLeaves() && read::AllPlainLeaves(items)) {
             return w.AddPlainLeaves(items);
         }
