@@ -239,6 +239,34 @@ def test_library_gc_callbacks_leave_the_walks_native():
         gc.callbacks[:] = saved
 
 
+_STATUS_UNDER_A_GC_CALLBACK = """
+import gc, json
+import fastree
+fastree.install()
+from flax import nnx
+from fastree.integrations import flax_nnx_graph
+nnx.split(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+gc.callbacks[:] = [c for c in gc.callbacks
+                   if getattr(c, "__module__", "").partition(".")[0] == "jax"]
+seen = [flax_nnx_graph.status()]
+def watcher(phase, info):
+    pass
+gc.callbacks.append(watcher)
+seen.append(flax_nnx_graph.status())
+gc.callbacks.remove(watcher)
+seen.append(flax_nnx_graph.status())
+print(json.dumps(seen))
+"""
+
+
+def test_status_says_a_users_gc_callback_turns_every_walk_to_flax():
+    before, during, after = helpers.run_json_program(_STATUS_UNDER_A_GC_CALLBACK, False)
+    assert set(before.values()) == set(after.values()) == {"native"}, before
+    assert set(during.values()) == {
+        "flax: while gc.callbacks holds a function of the user's (watcher), every graph walk is "
+        "flax's own"}, during
+
+
 @pytest.mark.parametrize("name", ["flatten", "_graph_flatten"])
 def test_the_gate_refuses_a_wraps_wrapper_of_any_mirrored_function(name):
     import functools

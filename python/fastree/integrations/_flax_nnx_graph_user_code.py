@@ -156,6 +156,13 @@ def gc_callbacks_run_user_code() -> bool:
 _gc_seen: list[Any] = [(), False]
 
 
+def user_gc_callbacks() -> list[str]:
+    """The names of the user's functions in ``gc.callbacks`` (what turns the graph walks to
+    flax's own while they are registered: :func:`gc_callbacks_run_user_code`)."""
+    return [getattr(callback, "__qualname__", None) or repr(callback)
+            for callback in list(gc.callbacks) if not _library_function(callback)]
+
+
 def impl_runs_user_code(impl: Any) -> bool:
     """Whether a flax node impl (a dataclass of the node type's functions) holds a user's one."""
     if not dataclasses.is_dataclass(impl):

@@ -35,6 +35,7 @@ from typing import Any
 
 from . import _flax_nnx_graph_compare as _compare  # noqa: F401 - tests patch its functions
 from . import _flax_nnx_graph_kinds as _kinds
+from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
 from ._flax_nnx_graph_flatten import make_flatten
 from ._flax_nnx_graph_kinds import (  # noqa: F401 - the kinds, by name, for callers
@@ -308,7 +309,8 @@ def fallback_reason(cls: type) -> str | None:
 def status() -> dict[str, str]:
     """How flax's graph-mode walks run: ``"native"``, or ``"flax: <why>"``, per walk
     (:data:`WALKS`: a walk whose mirrored code differs from every known release's names the
-    functions that differ); and per type left to flax after a difference, why (``"flax
+    functions that differ; while ``gc.callbacks`` holds a function of the user's, every walk is
+    flax's own, and says so); and per type left to flax after a difference, why (``"flax
     (updates): <why>"`` where only its updates are).
 
     >>> from fastree.integrations import flax_nnx_graph
@@ -324,6 +326,13 @@ def status() -> dict[str, str]:
         walk_replaced(graph, walk)  # a name replaced since is reported now, not at its next call
     out = {walk: "native" if walk not in graph.function_fallbacks
            else f"flax: {graph.function_fallbacks[walk]}" for walk in WALKS}
+    callbacks = _user_code.user_gc_callbacks()
+    if callbacks:
+        # A collection can run at any allocation, and a native walk allocates elsewhere than
+        # flax's: a user's callback would see the graph at other points of the walk.
+        why = (f"flax: while gc.callbacks holds a function of the user's ({', '.join(callbacks)})"
+               ", every graph walk is flax's own")
+        out = {walk: why if state == "native" else state for walk, state in out.items()}
     for cls, reason in graph.update_fallbacks.items():
         out[f"{cls.__module__}.{cls.__qualname__}"] = f"flax (updates): {reason}"
     for cls, reason in graph.fallbacks.items():
