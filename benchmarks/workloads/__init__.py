@@ -5,7 +5,9 @@ every ``jax.tree_util`` / ``jax.tree`` call in the process routed to fastree, to
 a micro-benchmark gain survives once JAX dispatch, tracing and the libraries' own Python are
 counted, and what library nodes do for an equinox model. One module per workload (``equinox_ops``:
 one per operation on the equinox model; ``nnx_floor``, ``equinox_floor``: a library's tree against
-its builtin-shape twin, ``floor``); ``benchmarks.measure.workloads`` times them.
+its builtin-shape twin, ``floor``; ``nnx_decode``: a decode step of a model of ~1,200 Variables,
+jitted three ways, each against the same step on its arrays in a list);
+``benchmarks.measure.workloads`` times them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from benchmarks.workloads import (
     equinox_floor,
     equinox_jit,
     equinox_ops,
+    nnx_decode,
     nnx_floor,
     nnx_ops,
     nnx_train_step,
@@ -33,6 +36,7 @@ WORKLOADS: tuple[Workload, ...] = (
     *nnx_ops.WORKLOADS,
     # Last: the floor rows have a table of their own, after the others.
     *nnx_floor.WORKLOADS,
+    *nnx_decode.WORKLOADS,
     *equinox_floor.WORKLOADS,
 )
 WORKLOAD_OP = "workload"
