@@ -38,7 +38,8 @@ def section(result: RunResult) -> list[str]:
         "Each library operation timed against the same operation on its builtin-shape twin: the "
         "very same leaves in tuples and dicts (a Variable -> a 1-tuple of its value, a Module -> "
         "a dict of the attributes its library flattens as children), or for a jit call, a "
-        "`jax.jit` identity on the arrays in a list. The two take turns in one process; **call / "
+        "`jax.jit` call on the arrays in a list (an identity, or for a decode step the same step; "
+        "each row says which). The two take turns in one process; **call / "
         "floor, 1.0× = the floor**, lower is nearer. Both processes measure it: plain JAX, and "
         "fastree installed first.",
         "",
