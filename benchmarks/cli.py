@@ -44,7 +44,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="short rounds, fewer of them: about 4 minutes on a quiet 2-core machine; the report "
+        help="short rounds, fewer of them: about 11 minutes on a 2-core machine beside other jobs; the report "
         "says how precise the figures are",
     )
     parser.add_argument(
