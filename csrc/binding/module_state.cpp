@@ -2,6 +2,9 @@
 // hot-path mirrors (see module_state.h for what lives where and why).
 #include "binding/module_state.h"
 
+#include <memory>
+#include <utility>
+
 #include "treedef/treedef.h"
 
 namespace fastree {
@@ -12,19 +15,28 @@ NeverDestroyed<RegistryState> g_registry;
 NeverDestroyed<KeysState> g_keys;
 NeverDestroyed<AuxState> g_aux;
 NeverDestroyed<TreeDefState> g_treedef;
-uint64_t g_user_code_epoch = 0;
+// The walks' own parts: the calling thread's on free-threaded builds (util/thread_state.h). (The
+// pending aux reports are per thread on every build, stored in aux_state.h, which says why.)
+FASTREE_PER_THREAD NeverDestroyed<KeysWalkState> g_keys_walk;
+FASTREE_PER_THREAD uint64_t g_user_code_epoch = 0;
 }  // namespace state
 namespace {
 JaxTexts g_texts;  // plain flags: nothing to release, nothing for the GC
 }  // namespace
 
 ModuleState ModState() {
-    return {state::Registry(), state::Keys(), state::Aux(), state::TreeDef(), g_texts};
+    return {state::Registry(), state::Keys(),    state::KeysWalk(), state::Aux(),
+            state::Reports(),  state::TreeDef(), g_texts};
 }
 
 // The mirrors: plain globals so that the per-leaf checks read them with one load.
 namespace registry {
-Memo g_memo[kMemoSlots];             // owns nothing; emptied whenever the memo table is dropped
+// Owns nothing; emptied whenever the memo table is dropped. Per thread on free-threaded builds,
+// where emptying every thread's is moving the generation on (registry.h).
+FASTREE_PER_THREAD Memo g_memo[kMemoSlots];
+#ifdef Py_GIL_DISABLED
+std::atomic<uint64_t> g_memo_generation{1};  // a slot's 0 never matches
+#endif
 PyObject* g_jax_registry = nullptr;  // borrowed: state::Registry().jax_registry
 }  // namespace registry
 PyTypeObject* g_PyTreeDef_Type = nullptr;  // borrowed: state::TreeDef().type (permanent)
@@ -54,25 +66,31 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
         Py_VISIT(kind->cls.get());
         Py_VISIT(kind->block.get());
         for (PyObject* key : kind->cache) Py_VISIT(key);
-        for (PyObject* key : kind->overflow) Py_VISIT(key);
     }
     for (const NamedKeys* kind : {&keys.dict, &keys.getattr}) {
         Py_VISIT(kind->cls.get());
         Py_VISIT(kind->maker.get());
         Py_VISIT(kind->block.get());
         Py_VISIT(kind->cache.get());
-        Py_VISIT(kind->overflow.get());
     }
+    for (const RefVector* overflow : {&keys_walk.overflow.sequence,
+                                      &keys_walk.overflow.flattened_index}) {
+        for (PyObject* key : *overflow) Py_VISIT(key);
+    }
+    Py_VISIT(keys_walk.overflow.dict.get());
+    Py_VISIT(keys_walk.overflow.getattr.get());
 
     Py_VISIT(aux.classify.get());
     Py_VISIT(aux.reporter.get());
     for (const auto& entry : aux.verdicts) Py_VISIT(entry.second.type.get());
-    for (const auto& report : aux.pending) {
-        Py_VISIT(report.node_type.get());
-        Py_VISIT(report.aux.get());
-        Py_VISIT(report.root.get());
-        Py_VISIT(report.is_leaf.get());
-        Py_VISIT(report.key_path.get());
+    if (reports.pending != nullptr) {
+        for (const auto& report : *reports.pending) {
+            Py_VISIT(report.node_type.get());
+            Py_VISIT(report.aux.get());
+            Py_VISIT(report.root.get());
+            Py_VISIT(report.is_leaf.get());
+            Py_VISIT(report.key_path.get());
+        }
     }
 
     Py_VISIT(treedef.type.get());
@@ -101,13 +119,13 @@ void ModuleState::Clear() {
     IndexKeys flattened_index = std::move(keys.flattened_index);
     NamedKeys dict = std::move(keys.dict);
     NamedKeys getattr = std::move(keys.getattr);
+    KeysOverflow overflow = std::move(keys_walk.overflow);
 
     Ref classify = std::move(aux.classify);
     Ref reporter = std::move(aux.reporter);
     auto verdicts = std::move(aux.verdicts);
     aux.verdicts.clear();
-    auto pending = std::move(aux.pending);
-    aux.pending.clear();
+    std::unique_ptr<AuxReports::Pending> pending(std::exchange(reports.pending, nullptr));
 
     Ref to_jax_hook = std::move(treedef.to_jax_hook);
     Ref map_error_hook = std::move(treedef.map_error_hook);

@@ -5,9 +5,11 @@
 // by the layer that owns it:
 //   registry  registrations, the per-type memo, JAX's registry and callbacks   (registry.cpp)
 //   keys      JAX's key classes, jaxlib's key makers, the cached key entries   (keys.cpp)
-//             (both: registry/registry_state.h, with the user-code epoch)
+//   keys_walk the key entries past the caches, kept during key-path walks      (keys.cpp)
+//             (all three: registry/registry_state.h, with the user-code epoch)
 //   aux       the aux_data hooks, strict mode, the classifier's verdicts       (aux_check.cpp)
-//             (diagnostics/aux_state.h)
+//   reports   the aux reports waiting for an entry point's end                 (aux_check.cpp)
+//             (both: diagnostics/aux_state.h)
 //   treedef   the PyTreeDef type, the bridge's to_jax and tree_map error hooks
 //                                   (treedef/type.cpp, treedef/map.cpp; treedef/treedef_state.h)
 //   texts     the installed JAX's error-text variants                          (jax_texts.h)
@@ -43,7 +45,13 @@
 // permanent treedef.type).
 //
 // The state is per process: fastree._core runs in the main interpreter only, and is initialised
-// once (NewModuleStateObject). Everything here is touched only with the GIL held.
+// once (NewModuleStateObject). Everything here is touched only with the GIL held, except on
+// free-threaded builds (docs/threads.md says what protects what there). On those, the parts that
+// belong to the walks running (keys_walk, reports, the user-code epoch and registry::g_memo) are
+// per thread (util/thread_state.h; reports on every build, aux_state.h): ModState() gives the
+// calling thread's, so Traverse visits and Clear drops that thread's only. Another thread's are
+// references its own walk holds and releases when it ends; unvisited, the GC counts them as
+// references from outside, which keeps what they point at alive until then.
 #pragma once
 
 #include <Python.h>
@@ -59,7 +67,9 @@ namespace fastree {
 struct ModuleState {
     RegistryState& registry;
     KeysState& keys;
+    KeysWalkState& keys_walk;  // the calling thread's on free-threaded builds
     AuxState& aux;
+    AuxReports& reports;       // the calling thread's
     TreeDefState& treedef;
     JaxTexts& texts;
 

@@ -1,5 +1,6 @@
 #include "diagnostics/aux_check.h"
 
+#include <memory>
 #include <utility>
 
 #include "util/pyutils.h"
@@ -9,8 +10,10 @@ namespace aux {
 
 namespace {
 
-// The hooks, strict mode and verdicts live in the module state (aux_state.h).
+// The hooks, strict mode and verdicts live in the module state (aux_state.h); the pending
+// reports in the calling thread's AuxReports.
 AuxState& S() { return state::Aux(); }
+AuxReports& R() { return state::Reports(); }
 
 void ClearVerdicts() {
     // Moved out first, released when `old` dies: releasing a type can run Python code.
@@ -95,7 +98,7 @@ Walk Visit(PyObject* value, int depth, bool* frozen) {
 }
 
 // reporter(node_type, aux, root, [is_leaf=...], [key_path=...]). False with its error set.
-bool Report(const AuxState::PendingReport& report) {
+bool Report(const AuxReports::PendingReport& report) {
     PyObject* args[5] = {report.node_type.get(), report.aux.get(), report.root.get()};
     Py_ssize_t nkw = 0;
     Ref kwnames(PyTuple_New(static_cast<bool>(report.is_leaf) + static_cast<bool>(report.key_path)));
@@ -123,17 +126,15 @@ bool Report(const AuxState::PendingReport& report) {
 
 void ReportScope::DropPending() {
     // Moved out first: releasing the references can run Python code.
-    auto dropped = std::move(S().pending);
-    S().pending.clear();
+    std::unique_ptr<AuxReports::Pending> dropped(std::exchange(R().pending, nullptr));
 }
 
 bool ReportScope::MakePending() {
-    while (!S().pending.empty()) {
+    while (R().pending != nullptr) {
         // Taken out one at a time: the reporter may call fastree again (its own scope then
         // reports at once only if it is outermost, which it is not: depth stays 1 here).
-        std::vector<AuxState::PendingReport> batch = std::move(S().pending);
-        S().pending.clear();
-        for (const auto& report : batch) {
+        std::unique_ptr<AuxReports::Pending> batch(std::exchange(R().pending, nullptr));
+        for (const auto& report : *batch) {
             if (!Report(report)) return false;  // strict mode's error; the rest dropped
         }
     }
@@ -156,11 +157,13 @@ bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_
     }
     Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
     if (site.path != nullptr && !key_path) return false;
-    AuxState::PendingReport report{Ref::FromBorrowed(node_type), Ref::FromBorrowed(aux),
-                                   Ref::FromBorrowed(site.root), Ref::FromBorrowed(site.is_leaf),
-                                   std::move(key_path)};
-    if (S().report_depth > 0) {  // made when the entry point's walk is over (ReportScope)
-        S().pending.push_back(std::move(report));
+    AuxReports::PendingReport report{Ref::FromBorrowed(node_type), Ref::FromBorrowed(aux),
+                                     Ref::FromBorrowed(site.root), Ref::FromBorrowed(site.is_leaf),
+                                     std::move(key_path)};
+    AuxReports& r = R();
+    if (r.depth > 0) {  // made when the entry point's walk is over (ReportScope)
+        if (r.pending == nullptr) r.pending = new AuxReports::Pending();
+        r.pending->push_back(std::move(report));
         return true;
     }
     return Report(report);

@@ -51,29 +51,28 @@ inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, u
 // Python code (it walks the tree again to name the node's key path, calling the tree's flatten
 // functions and is_leaf; it warns, or raises in strict mode) cannot change the walk, as JAX's
 // walk runs none of it. A scope per entry point (ReportAfter below); nested entry points (a
-// callback calling fastree) leave theirs to the outermost. Outside any scope a report is made
-// at once.
+// callback calling fastree, in the same thread) leave theirs to the outermost of their thread;
+// another thread's entry points are not nested in it, whatever the GIL's hand-overs. Outside any
+// scope a report is made at once.
 // Every entry point opens one, so its common case (no report pending) is inline: as calls, the
 // three steps were 40 instructions of a 3-leaf tuple's 750-instruction tree_map (callgrind).
 class ReportScope {
  public:
-    ReportScope() { ++state::Aux().report_depth; }
+    // The thread's reports are looked up once (a thread-local: aux_state.h).
+    ReportScope() : reports_(state::Reports()) { ++reports_.depth; }
     // Drops reports not made (the call failed).
     ~ReportScope() {
-        AuxState& s = state::Aux();
-        if (--s.report_depth == 0 && !s.pending.empty()) DropPending();
+        if (--reports_.depth == 0 && reports_.pending != nullptr) DropPending();
     }
     ReportScope(const ReportScope&) = delete;
     ReportScope& operator=(const ReportScope&) = delete;
     // Makes the pending reports (outermost scope only). False with the reporter's error set.
-    bool Flush() {
-        const AuxState& s = state::Aux();
-        return s.report_depth != 1 || s.pending.empty() || MakePending();
-    }
+    bool Flush() { return reports_.depth != 1 || reports_.pending == nullptr || MakePending(); }
 
  private:
     static void DropPending();
     static bool MakePending();
+    AuxReports& reports_;  // the calling thread's
 };
 
 // F, with the reports its walk finds made after it returns a result (ReportScope): a strict

@@ -13,7 +13,8 @@
 // blocks; DictKey/GetAttrKey for exact str and int keys, up to 65536 each (a parameter tree
 // repeats 'kernel', 'bias', ... in every layer), a dict's unknown keys made in one block. Indices past 2**17 (very wide lists) come from
 // one block per walk, and names past the cache's size are kept the same way: held only while
-// some key-path walk is running (see WalkScope).
+// some key-path walk is running (see WalkScope; of the calling thread, on free-threaded builds:
+// KeysWalkState in registry_state.h).
 #include "registry/keys.h"
 
 #include <algorithm>
@@ -30,8 +31,10 @@ constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 constexpr Py_ssize_t kMinBlock = 256;
 constexpr Py_ssize_t kStrCacheSize = 65536;  // ~100 bytes an entry: ~6.5 MB at most
 
-// The key kinds and their caches live in the module state (registry_state.h).
+// The key kinds and their caches live in the module state (registry_state.h), the entries past
+// the caches in the walk state (the calling thread's on free-threaded builds).
 KeysState& S() { return state::Keys(); }
+KeysWalkState& W() { return state::KeysWalk(); }
 
 PyObject* NotInstalled() {
     PyErr_SetString(PyExc_RuntimeError, "fastree: JAX key classes are not installed.");
@@ -94,8 +97,9 @@ void Store(std::vector<PyObject*>& slots, Py_ssize_t offset, PyObject* block, Py
 
 // The lookups below take new references straight from the caches' raw pointers: they run once
 // per key of every key-path walk, and hand their reference on (no release to pair with).
-PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
-    std::vector<PyObject*>& slots = index < kIndexCacheSize ? kind.cache : kind.overflow;
+// `overflow` is kind's entries past the cache, in the walk state.
+PyObject* ByIndex(IndexKeys& kind, RefVector& overflow, Py_ssize_t index) {
+    std::vector<PyObject*>& slots = index < kIndexCacheSize ? kind.cache : overflow;
     const Py_ssize_t offset = index < kIndexCacheSize ? 0 : kIndexCacheSize;
     const size_t at = static_cast<size_t>(index - offset);
     if (at < slots.size() && slots[at] != nullptr) return Py_NewRef(slots[at]);
@@ -109,32 +113,32 @@ PyObject* ByIndex(IndexKeys& kind, Py_ssize_t index) {
     if (!block) return nullptr;
     PyObject* key = PyList_GET_ITEM(block.get(), index);
     if (!made_for.Current(kind.cls)) return Py_NewRef(key);  // of a replaced class: not kept
-    if (index >= kIndexCacheSize && S().walk_depth == 0) return Py_NewRef(key);  // nothing holds it
-    Store(index < kIndexCacheSize ? kind.cache : kind.overflow, offset, block.get(), offset, end);
+    if (index >= kIndexCacheSize && W().depth == 0) return Py_NewRef(key);  // nothing holds it
+    Store(index < kIndexCacheSize ? kind.cache : overflow, offset, block.get(), offset, end);
     return Py_NewRef(key);
 }
 
 // Entries for indices up to `n` - 1 made in one block, when a walk is about to visit a container
 // of `n` children reaching past the cache (one maker call instead of a doubling series).
-bool Reserve(IndexKeys& kind, Py_ssize_t n) {
-    if (n <= kIndexCacheSize || S().walk_depth == 0) return true;
-    const size_t have = kind.overflow.size();
+bool Reserve(IndexKeys& kind, RefVector& overflow, Py_ssize_t n) {
+    if (n <= kIndexCacheSize || W().depth == 0) return true;
+    const size_t have = overflow.size();
     if (static_cast<Py_ssize_t>(have) >= n - kIndexCacheSize && have > 0 &&
-        kind.overflow.back() != nullptr) {
+        overflow.back() != nullptr) {
         return true;
     }
     const MadeFor made_for(kind.cls);
     Ref block(MakeBlock(kind, n));
     if (!block) return false;
     if (made_for.Current(kind.cls)) {
-        Store(kind.overflow, kIndexCacheSize, block.get(), kIndexCacheSize, n);
+        Store(overflow, kIndexCacheSize, block.get(), kIndexCacheSize, n);
     }
     return true;
 }
 
-bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry);
+bool Remember(NamedKeys& kind, Ref& overflow, PyObject* name, PyObject* entry);
 
-PyObject* ByName(NamedKeys& kind, PyObject* name) {
+PyObject* ByName(NamedKeys& kind, Ref& overflow, PyObject* name) {
     if (!kind.cls) return NotInstalled();
     // Exact str and int keys hash and compare without running Python code: cacheable.
     const bool cacheable = PyUnicode_CheckExact(name) || PyLong_CheckExact(name);
@@ -145,8 +149,8 @@ PyObject* ByName(NamedKeys& kind, PyObject* name) {
             if (PyObject* hit = PyDict_GetItemWithError(cache, name)) return Py_NewRef(hit);
             if (PyErr_Occurred()) return nullptr;
         }
-        if (PyObject* overflow = kind.overflow.get()) {
-            if (PyObject* hit = PyDict_GetItemWithError(overflow, name)) return Py_NewRef(hit);
+        if (PyObject* past = overflow.get()) {
+            if (PyObject* hit = PyDict_GetItemWithError(past, name)) return Py_NewRef(hit);
             if (PyErr_Occurred()) return nullptr;
         }
     }
@@ -155,17 +159,17 @@ PyObject* ByName(NamedKeys& kind, PyObject* name) {
     const MadeFor made_for(kind.cls);
     Ref made(PyObject_CallOneArg(make.get(), name));
     if (!made || !cacheable || !made_for.Current(kind.cls)) return made.release();
-    if (!Remember(kind, name, made.get())) return nullptr;
+    if (!Remember(kind, overflow, name, made.get())) return nullptr;
     return made.release();
 }
 
 // Keeps `entry` for `name` (exact str or int): in the cache while it has room, else, during a
 // walk, in the overflow table that the walk's end drops.
-bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry) {
+bool Remember(NamedKeys& kind, Ref& overflow, PyObject* name, PyObject* entry) {
     Ref* table = &kind.cache;
     if (kind.cache && PyDict_GET_SIZE(kind.cache.get()) >= kStrCacheSize) {
-        if (S().walk_depth == 0) return true;
-        table = &kind.overflow;
+        if (W().depth == 0) return true;
+        table = &overflow;
     }
     if (!*table) {
         *table = Ref(PyDict_New());
@@ -176,7 +180,7 @@ bool Remember(NamedKeys& kind, PyObject* name, PyObject* entry) {
 
 // Makes, in one maker call, the entries for `names` (a list of exact str, or of exact int,
 // none of them known yet) and remembers them.
-bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
+bool MakeNamedBlock(NamedKeys& kind, Ref& overflow, PyObject* names) {
     Ref block = Ref::FromBorrowed(kind.block.get());  // may be replaced while it runs
     const MadeFor made_for(kind.cls);
     Ref made(PyObject_CallOneArg(block.get(), names));
@@ -195,12 +199,12 @@ bool MakeNamedBlock(NamedKeys& kind, PyObject* names) {
          ++i) {
         Ref name = Ref::FromBorrowed(PyList_GET_ITEM(names, i));
         Ref entry = Ref::FromBorrowed(PyList_GET_ITEM(made.get(), i));
-        if (!Remember(kind, name.get(), entry.get())) return false;
+        if (!Remember(kind, overflow, name.get(), entry.get())) return false;
     }
     return true;
 }
 
-bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
+bool ReserveNames(NamedKeys& kind, Ref& overflow, PyObject* const* names, Py_ssize_t n) {
     if (!kind.block || n < 8) return true;  // a few misses: one by one is as cheap
     // Exact str and exact int keys (the cacheable ones) not known yet, one list per type: the
     // block maker sorts them, which mixed types would not allow.
@@ -214,7 +218,7 @@ bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
                                                     : nullptr;
         if (list == nullptr) continue;
         bool known = false;
-        for (PyObject* table : {kind.cache.get(), kind.overflow.get()}) {
+        for (PyObject* table : {kind.cache.get(), overflow.get()}) {
             if (table == nullptr || known) continue;
             const int has = PyDict_Contains(table, name);
             if (has < 0) return false;
@@ -223,19 +227,14 @@ bool ReserveNames(NamedKeys& kind, PyObject* const* names, Py_ssize_t n) {
         if (!known && PyList_Append(list, name) < 0) return false;
     }
     for (PyObject* list : {missing_str.get(), missing_int.get()}) {
-        if (PyList_GET_SIZE(list) > 0 && !MakeNamedBlock(kind, list)) return false;
+        if (PyList_GET_SIZE(list) > 0 && !MakeNamedBlock(kind, overflow, list)) return false;
     }
     return true;
 }
 
 // The walk-scoped entries (past the caches), dropped when the last key-path walk ends. Moved
 // out first: releasing a key could, in principle, run code that re-enters here.
-void ReleaseOverflow(KeysState& s) {
-    RefVector sequence = std::move(s.sequence.overflow);
-    RefVector flattened_index = std::move(s.flattened_index.overflow);
-    Ref dict = std::move(s.dict.overflow);
-    Ref getattr = std::move(s.getattr.overflow);
-}
+void ReleaseOverflow(KeysWalkState& w) { KeysOverflow released = std::move(w.overflow); }
 
 }  // namespace
 
@@ -244,16 +243,15 @@ bool Install(PyObject* dict_key, PyObject* sequence_key, PyObject* getattr_key,
     KeysState& s = S();
     // Entries cached for previously installed classes would be of the wrong type now: the old
     // classes and entries are moved out here, and released at the end, the new classes in place.
-    // (The makers stay.)
-    IndexKeys old_sequence{std::move(s.sequence.cls), Ref(), std::move(s.sequence.cache),
-                           std::move(s.sequence.overflow)};
+    // (The makers stay.) On free-threaded builds the entries past the caches moved out are the
+    // calling thread's: another thread's walk keeps its own until it ends. The bridge installs
+    // at import, before any walk; a re-install racing walks is docs/threads.md's R11.
+    IndexKeys old_sequence{std::move(s.sequence.cls), Ref(), std::move(s.sequence.cache)};
     IndexKeys old_flattened_index{std::move(s.flattened_index.cls), Ref(),
-                                  std::move(s.flattened_index.cache),
-                                  std::move(s.flattened_index.overflow)};
-    NamedKeys old_dict{std::move(s.dict.cls), Ref(), Ref(), std::move(s.dict.cache),
-                       std::move(s.dict.overflow)};
-    NamedKeys old_getattr{std::move(s.getattr.cls), Ref(), Ref(), std::move(s.getattr.cache),
-                          std::move(s.getattr.overflow)};
+                                  std::move(s.flattened_index.cache)};
+    NamedKeys old_dict{std::move(s.dict.cls), Ref(), Ref(), std::move(s.dict.cache)};
+    NamedKeys old_getattr{std::move(s.getattr.cls), Ref(), Ref(), std::move(s.getattr.cache)};
+    KeysOverflow old_overflow = std::move(W().overflow);
     s.dict.cls = Ref::FromBorrowed(dict_key);
     s.sequence.cls = Ref::FromBorrowed(sequence_key);
     s.getattr.cls = Ref::FromBorrowed(getattr_key);
@@ -271,19 +269,26 @@ void InstallMakers(PyObject* sequence_block, PyObject* flattened_index_block,
     s.getattr.maker = OptionalRef(getattr_key);
 }
 
-WalkScope::WalkScope() { ++S().walk_depth; }
+WalkScope::WalkScope() { ++W().depth; }
 WalkScope::~WalkScope() {
-    if (--S().walk_depth == 0) ReleaseOverflow(S());
+    KeysWalkState& w = W();
+    if (--w.depth == 0) ReleaseOverflow(w);
 }
 
-bool ReserveSequence(Py_ssize_t n) { return Reserve(S().sequence, n); }
-bool ReserveDict(PyObject* const* keys, Py_ssize_t n) { return ReserveNames(S().dict, keys, n); }
-bool ReserveFlattenedIndex(Py_ssize_t n) { return Reserve(S().flattened_index, n); }
+bool ReserveSequence(Py_ssize_t n) { return Reserve(S().sequence, W().overflow.sequence, n); }
+bool ReserveDict(PyObject* const* keys, Py_ssize_t n) {
+    return ReserveNames(S().dict, W().overflow.dict, keys, n);
+}
+bool ReserveFlattenedIndex(Py_ssize_t n) {
+    return Reserve(S().flattened_index, W().overflow.flattened_index, n);
+}
 
-PyObject* Dict(PyObject* key) { return ByName(S().dict, key); }
-PyObject* Sequence(Py_ssize_t index) { return ByIndex(S().sequence, index); }
-PyObject* GetAttr(PyObject* name) { return ByName(S().getattr, name); }
-PyObject* FlattenedIndex(Py_ssize_t index) { return ByIndex(S().flattened_index, index); }
+PyObject* Dict(PyObject* key) { return ByName(S().dict, W().overflow.dict, key); }
+PyObject* Sequence(Py_ssize_t index) { return ByIndex(S().sequence, W().overflow.sequence, index); }
+PyObject* GetAttr(PyObject* name) { return ByName(S().getattr, W().overflow.getattr, name); }
+PyObject* FlattenedIndex(Py_ssize_t index) {
+    return ByIndex(S().flattened_index, W().overflow.flattened_index, index);
+}
 
 }  // namespace keys
 }  // namespace fastree

@@ -45,7 +45,7 @@ PyObject* OnTypeDeath(PyObject*, PyObject* weakref) {
     if (found != s.memo_by_weakref.end()) {
         PyTypeObject* dead = found->second;
         s.memo_by_weakref.erase(found);
-        if (MemoSlot(dead).type == dead) MemoSlot(dead) = Memo{};
+        ForgetMemoSlot(dead);
         // The entry's reference to `weakref` is released after the entry is gone.
         Ref entry_ref;
         auto entry = s.memo.find(dead);
@@ -193,6 +193,8 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         DropMemo();
         s.memo_jax_size = jax_size;
     }
+    // Read before the answer (registry.h, Memo): a drop while Resolve runs outdates the slot.
+    const uint64_t generation = MemoGeneration();
     const Registration* reg;
     // Released last, after the memo is written (see below).
     Ref keep_type;
@@ -224,7 +226,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
             pos->second.weakref = std::move(weakref);
         }
     }
-    MemoSlot(t) = Memo{t, reg, jax_size};
+    MemoSlot(t) = NewMemo(t, reg, jax_size, generation);
     return reg;
 }
 

@@ -17,7 +17,10 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
+
+#include "util/thread_state.h"
 
 namespace fastree {
 
@@ -87,22 +90,77 @@ const Registration* ClassifyTupleSubclass(PyObject* obj);
 // few types (arrays under dicts, a handful of module classes over arrays); with a one-entry
 // memo, every change of type went to the hash table (a tree of custom nodes over arrays: at
 // every node and every leaf after one, 5% of its tree_map).
+//
+// On free-threaded builds the slots are per thread (util/thread_state.h): a slot is three words,
+// and a reader sharing it with a writer could match `type` and take another entry's `reg`. A
+// thread cannot empty other threads' slots, so there each slot also carries the generation it
+// was written in, and emptying them all is moving g_memo_generation on (a registration, JAX's
+// registry growing, a memoised type's death: its address may be reused by a new type). The
+// generation is read before the answer is looked up, so a slot written from an answer that a
+// drop in between made stale is stale from the start.
 struct Memo {
     PyTypeObject* type = nullptr;
     const Registration* reg = nullptr;
     Py_ssize_t jax_size = -1;  // size of JAX's registry when memoised
+#ifdef Py_GIL_DISABLED
+    uint64_t generation = 0;  // g_memo_generation before the answer was looked up
+#endif
 };
 inline constexpr size_t kMemoSlots = 16;
-extern Memo g_memo[kMemoSlots];
+// binding/module_state.cpp; owns nothing; the calling thread's on free-threaded builds
+extern FASTREE_PER_THREAD Memo g_memo[kMemoSlots];
+#ifdef Py_GIL_DISABLED
+extern std::atomic<uint64_t> g_memo_generation;  // binding/module_state.cpp; starts at 1
+#endif
+// The generation a slot written now would carry (free-threaded builds; 0 under the GIL, where
+// emptying the slots empties them).
+inline uint64_t MemoGeneration() {
+#ifdef Py_GIL_DISABLED
+    return g_memo_generation.load(std::memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+// Whether a slot whose `type` matches still holds a current answer (JAX's registry aside).
+[[gnu::always_inline]] inline bool MemoCurrent([[maybe_unused]] const Memo& memo) {
+#ifdef Py_GIL_DISABLED
+    return memo.generation == g_memo_generation.load(std::memory_order_relaxed);
+#else
+    return true;
+#endif
+}
+// A slot's contents: `reg` for `type`, looked up in `generation` (MemoGeneration()).
+inline Memo NewMemo(PyTypeObject* type, const Registration* reg, Py_ssize_t jax_size,
+                    [[maybe_unused]] uint64_t generation) {
+    Memo memo{type, reg, jax_size};
+#ifdef Py_GIL_DISABLED
+    memo.generation = generation;
+#endif
+    return memo;
+}
 inline Memo& MemoSlot(PyTypeObject* t) {
     // Fibonacci hashing: type objects are allocated with a common stride, so their low address
     // bits alone would crowd a few slots.
     return g_memo[(reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 60];
 }
 static_assert(kMemoSlots == 16, "MemoSlot keeps the top 4 bits of the hash");
-// Empties every slot (whenever the per-type table is dropped).
+// Empties every slot (whenever the per-type table is dropped): every thread's, on free-threaded
+// builds, by moving the generation on.
 inline void ClearMemoSlots() {
+#ifdef Py_GIL_DISABLED
+    g_memo_generation.fetch_add(1, std::memory_order_relaxed);
+#else
     for (Memo& slot : g_memo) slot = Memo{};
+#endif
+}
+// Empties the slot holding `dead`, a memoised type being freed (a new type may take its address):
+// on free-threaded builds any thread's slot may hold it, so every slot.
+inline void ForgetMemoSlot(PyTypeObject* dead) {
+#ifdef Py_GIL_DISABLED
+    ClearMemoSlots();
+#else
+    if (MemoSlot(dead).type == dead) MemoSlot(dead) = Memo{};
+#endif
 }
 extern PyObject* g_jax_registry;  // borrowed from the bridge's owned copy: JAX's `_registry` dict
 
@@ -121,7 +179,7 @@ const Registration* ClassifySlow(PyTypeObject* type);
     if (t == &PyDict_Type) return &kDict;
     if (obj == Py_None) return &kNone;
     const Memo& memo = MemoSlot(t);
-    if (t != memo.type || memo.jax_size != JaxRegistrySize()) return nullptr;
+    if (t != memo.type || memo.jax_size != JaxRegistrySize() || !MemoCurrent(memo)) return nullptr;
     return memo.reg == &kTupleSubclass ? nullptr : memo.reg;
 }
 

@@ -1,7 +1,9 @@
 // The registry layer's parts of the module state (binding/module_state.h says what the state is,
 // who owns what, and how the GC sees it): the registrations, the per-type memo and JAX's registry
 // (RegistryState, registry.cpp); JAX's key classes, jaxlib's key makers and the cached key
-// entries (KeysState, keys.cpp); and the user-code epoch (key_sort.h and the walkers).
+// entries (KeysState, keys.cpp); the entries kept past the caches during key-path walks
+// (KeysWalkState, keys.cpp); and the user-code epoch (key_sort.h and the walkers). The last two
+// belong to the walks running: per thread on free-threaded builds (util/thread_state.h).
 //
 // Declared here, by the layer that owns them, so that the registry and everything above it read
 // their part with no include of binding/; the storage, the one traversal and the one clear are
@@ -19,6 +21,7 @@
 #include "registry/registry.h"
 #include "util/never_destroyed.h"
 #include "util/pyutils.h"
+#include "util/thread_state.h"
 
 namespace fastree {
 
@@ -61,19 +64,17 @@ struct RegistryState {
 
 // One kind of index key (SequenceKey or FlattenedIndexKey): its class, block maker and cache.
 struct IndexKeys {
-    Ref cls;             // the key class
-    Ref block;           // null or n -> list of the keys for 0..n-1
-    RefVector cache;     // index -> key, or null
-    RefVector overflow;  // index - kIndexCacheSize -> key, kept only during walks (keys.cpp)
+    Ref cls;          // the key class
+    Ref block;        // null or n -> list of the keys for 0..n-1
+    RefVector cache;  // index -> key, or null
 };
 
 // One kind of named key (DictKey or GetAttrKey).
 struct NamedKeys {
-    Ref cls;       // the key class
-    Ref maker;     // null or key -> the entry
-    Ref block;     // null or [keys of one type] -> [entries], same order
-    Ref cache;     // dict: exact str/int -> entry
-    Ref overflow;  // dict: entries past the cache's size, kept only during walks
+    Ref cls;    // the key class
+    Ref maker;  // null or key -> the entry
+    Ref block;  // null or [keys of one type] -> [entries], same order
+    Ref cache;  // dict: exact str/int -> entry
 };
 
 struct KeysState {
@@ -81,20 +82,40 @@ struct KeysState {
     IndexKeys flattened_index;
     NamedKeys dict;
     NamedKeys getattr;
-    int walk_depth = 0;  // key-path walks in progress (keys::WalkScope)
+};
+
+// The entries past the caches' sizes, kept only while a key-path walk runs (keys.cpp): what one
+// walk made is then reused by the rest of it and by walks nested in it, and released when the
+// outermost ends. Per thread on free-threaded builds, so that a walk's end releases only what
+// its own thread's walks kept, never an entry another thread's walk is reading. Owned; empty
+// whenever no key-path walk of the thread is running.
+struct KeysOverflow {
+    RefVector sequence;         // index - kIndexCacheSize -> SequenceKey, or null
+    RefVector flattened_index;  // index - kIndexCacheSize -> FlattenedIndexKey, or null
+    Ref dict;                   // null or a dict: exact str/int -> DictKey entry
+    Ref getattr;                // null or a dict: exact str -> GetAttrKey entry
+};
+struct KeysWalkState {
+    KeysOverflow overflow;
+    int depth = 0;  // key-path walks in progress (keys::WalkScope)
 };
 
 namespace state {
 extern NeverDestroyed<RegistryState> g_registry;  // binding/module_state.cpp
 extern NeverDestroyed<KeysState> g_keys;          // binding/module_state.cpp
+// binding/module_state.cpp; the calling thread's on free-threaded builds
+extern FASTREE_PER_THREAD NeverDestroyed<KeysWalkState> g_keys_walk;
 inline RegistryState& Registry() { return g_registry.value; }
 inline KeysState& Keys() { return g_keys.value; }
+inline KeysWalkState& KeysWalk() { return g_keys_walk.value; }
 
 // Bumped before each call into code that JAX's own flatten also runs mid-walk (is_leaf, a
 // custom node's flatten, a Python key comparison): a dict's gathered values are read again
 // from the dict once it may have changed (read::Values; jaxlib looks each value up when it
 // reaches its key). Calls JAX makes only after flattening (tree_map's f) leave it alone.
-extern uint64_t g_user_code_epoch;  // binding/module_state.cpp; a count, no reference
+// Per thread on free-threaded builds: it says whether the calling thread's walk ran such code.
+// (A dict another thread changes mid-walk is a matter for the dict's own lock, docs/threads.md.)
+extern FASTREE_PER_THREAD uint64_t g_user_code_epoch;  // binding/module_state.cpp; a count
 }  // namespace state
 
 // See state::g_user_code_epoch.

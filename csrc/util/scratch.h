@@ -2,7 +2,8 @@
 // tree's flatten would otherwise spend a noticeable share of its time in malloc/free, and a large
 // one in growth copies and first-touch page faults. It is a pool rather than one
 // static buffer because flatten re-enters itself through user callbacks (is_leaf, custom
-// flatten functions calling tree_flatten).
+// flatten functions calling tree_flatten). One pool per instantiation, and per thread on
+// free-threaded builds (util/thread_state.h).
 #pragma once
 
 #include <Python.h>
@@ -59,8 +60,16 @@ class Scratch {
         size_t count = 0;
     };
     static Pool& GetPool() {
+#ifdef Py_GIL_DISABLED
+        // One pool per thread (util/thread_state.h), destroyed with its thread: its vectors are
+        // empty (Give clears them), so that frees their capacity and releases no reference.
+        // Not the GIL build's never-destroyed pointer, which would leak every ended thread's.
+        static thread_local Pool pool;
+        return pool;
+#else
         static Pool* pool = new Pool();  // guarded by the GIL; never destroyed (exit order)
         return *pool;
+#endif
     }
     Vector items_;
 };
