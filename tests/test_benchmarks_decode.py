@@ -4,9 +4,9 @@ Behaviour only, nothing about how fast anything is: the three workloads (``nnx.j
 ``nnx.jit(graph=False)``, ``jax.jit`` over an ``nnx.State``) are registered with the floor rows;
 the model has the Variables its docstring and size say (1,219 at the quick size, 192 of them
 ``nnx.Cache``); each call and each floor call is a real decode step, writing the next cache row
-and wrapping at the end, deterministically and alike in the three modes; and at their tiny size
-they run in a plain and an installed process whose fingerprints agree, each with its distance
-from the floor.
+and wrapping at the end, deterministically and alike in the three modes. That they run in a
+plain and an installed process whose fingerprints agree, each with its distance from the floor,
+is tests/test_benchmarks_floor.py's check of every floor row, these included.
 """
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ from typing import Any
 import pytest
 from bench_results import REPO_ROOT  # noqa: F401 - puts the repository root on sys.path
 
-from benchmarks.measure.results import WorkloadRow
-from benchmarks.measure.workloads import (
-    INSTALLED,
-    PLAIN,
-    installed_mode_unavailable,
-    run_workloads,
-)
 from benchmarks.selection import case_selected
 from benchmarks.workloads import WORKLOAD_OP, WORKLOADS, nnx_decode
 from benchmarks.workloads.base import FLOOR, Workload
@@ -106,26 +99,3 @@ def test_the_three_modes_compute_the_same_steps() -> None:
         built.call()
         fingerprints.add(built.fingerprint(first))
     assert len(fingerprints) == 1
-
-
-@pytest.fixture(scope="module")
-def decode_rows() -> dict[str, WorkloadRow]:
-    """The decode workloads at their tiny size: one plain and one installed process, one round."""
-    if installed_mode_unavailable() is not None:
-        pytest.skip(installed_mode_unavailable())
-    return {row.name: row for row in run_workloads(DECODE, "tiny", 0, 1, 1)}
-
-
-@pytest.mark.parametrize("workload", DECODE, ids=lambda w: w.name)
-def test_decode_runs_plain_and_installed_alike(
-    workload: Workload, decode_rows: dict[str, WorkloadRow]
-) -> None:
-    row = decode_rows[workload.name]
-    if row.not_run and row.not_run.startswith("unavailable"):
-        pytest.skip(row.not_run)  # flax is missing, or has no tree mode
-    # A row whose two processes fingerprint differently is not run: "EXCLUDED: ...".
-    assert row.not_run is None, row.not_run
-    assert row.group == FLOOR and row.plain > 0 and row.installed > 0
-    assert set(row.floor) == {PLAIN, INSTALLED}
-    assert all(distance.ratio > 0 and distance.floor_ns > 0 for distance in row.floor.values())
-    assert row.description.endswith("(2 layers, 41 Variables (6 nnx.Cache), 41 leaves)")
