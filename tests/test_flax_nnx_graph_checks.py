@@ -7,7 +7,10 @@ checks blame a class wrongly (both found by flax's own tests/nnx run installed):
 * an ``nnx.update`` inside ``nnx.jit(graph=False)`` of a model holding a Variable subclass the
   walk had not met (the comparison did not know it as a Variable);
 * a rebuilt graph whose leaves are tracers made anew by each rebuild (nothing to compare: the
-  call is flax's, and nothing is decided).
+  call is flax's, and nothing is decided);
+* an update of Variables that hold array refs (``nnx.var_defaults(ref=True)``): the check's two
+  copies each hold new refs of their own, which neither update replaces (flax's mutable-arrays
+  example, in its tests/nnx/integration_test.py).
 
 Each runs plainly and installed in child processes: the same results, and installed, every
 entry of ``flax_nnx_graph.status()`` is ``native``.
@@ -86,6 +89,67 @@ def test_checks_blame_no_class_without_a_difference():
     status = installed.pop("status")
     assert installed == plain
     assert plain["count"] == 3
+    assert status == {"flatten": "native", "unflatten": "native",
+                      "unflatten_into_existing": "native", "update": "native",
+                      "_merge_to_flat_state": "native"}, status
+
+
+_ARRAY_REFS = r"""
+import json, sys
+import jax, jax.numpy as jnp, optax
+from flax import nnx
+
+class Model(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(2, 16, rngs=rngs)
+        self.bn = nnx.BatchNorm(16, use_running_average=False, rngs=rngs)
+        self.dropout = nnx.Dropout(0.2, deterministic=False, rngs=rngs)
+        self.linear_out = nnx.Linear(16, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.linear_out(nnx.relu(self.dropout(self.bn(self.linear(x)))))
+
+with nnx.var_defaults(ref=True):
+    model = Model(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+@jax.jit
+def train_step(x, y):
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    def loss_fn(params):
+        m = nnx.merge(graphdef, params, rest)
+        return ((m(x) - y) ** 2).mean()
+    loss, grads = jax.value_and_grad(loss_fn)(nnx.with_vars(params, ref=False))
+    optimizer.update(model, grads)
+    return loss
+
+x = jax.random.normal(jax.random.key(0), (8, 2))
+y = jax.random.normal(jax.random.key(1), (8, 3))
+losses = [round(float(train_step(x, y)), 4) for _ in range(3)]
+
+# eagerly: an update of ref-holding Variables from a state of plain arrays
+state = nnx.state(model, nnx.Param)
+nnx.update(model, jax.tree.map(lambda v: v * 0 + 1, nnx.with_vars(state, ref=False)))
+out = {
+    "losses": losses,
+    "w": [round(float(v), 4) for v in model.linear.kernel[...].ravel()[:4]],
+    "mean": [round(float(v), 4) for v in model.bn.mean[...][:4]],
+    "count": int(optimizer.step[...]),
+}
+if len(sys.argv) > 1:
+    from fastree.integrations import flax_nnx_graph
+    out["status"] = flax_nnx_graph.status()
+print(json.dumps(out))
+"""
+
+
+def test_updates_of_array_ref_variables_stay_native():
+    plain = run_json_program(_ARRAY_REFS, False)
+    installed = run_json_program(_ARRAY_REFS, True, "status")
+    status = installed.pop("status")
+    assert installed == plain
+    assert plain["count"] == 3 and plain["w"] == [1.0, 1.0, 1.0, 1.0]
+    assert len(set(plain["losses"])) == 3  # each step changed the model
     assert status == {"flatten": "native", "unflatten": "native",
                       "unflatten_into_existing": "native", "update": "native",
                       "_merge_to_flat_state": "native"}, status

@@ -51,11 +51,12 @@ def test_first_update_of_a_chain_is_linear(depth: int):
     plain = run_json_program(_CHAIN_UPDATE, False, str(depth))
     installed = run_json_program(_CHAIN_UPDATE, True, str(depth))
     assert installed["w"] == plain["w"]
-    # The check copies the graph twice and compares the two updated copies: a fixed number of
-    # walks over each of the depth + 1 modules. Before the fix every level of flax's recursion
-    # started its own check: about depth**2 / 2 walks.
+    # The check copies the graph twice, reads each copy's Variables, and compares the two
+    # updated copies: a fixed number of walks over each of the depth + 1 modules (9 flattens
+    # of 2 calls per module). Before the fix every level of flax's recursion started its own
+    # check: about depth**2 / 2 walks.
     nodes = depth + 1
-    assert installed["counts"]["flatten"] <= 12 * nodes, installed
+    assert installed["counts"]["flatten"] <= 18 * nodes, installed
     assert installed["counts"]["unflatten"] <= 6 * nodes, installed
 
 
@@ -174,10 +175,10 @@ from flax import nnx
 from fastree.integrations import flax_nnx_graph
 
 force = len(sys.argv) > 1 and sys.argv[1] == "force"
-compare = flax_nnx_graph._compare.merged_copies_difference
+compare = flax_nnx_graph._compare.written_copies_difference
 def forced(*args):
     return "forced" if force else compare(*args)
-flax_nnx_graph._compare.merged_copies_difference = forced
+flax_nnx_graph._compare.written_copies_difference = forced
 
 class Model(nnx.Module):
     def __init__(self):

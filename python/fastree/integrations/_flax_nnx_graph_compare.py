@@ -137,28 +137,35 @@ def rebuilt_difference(graph: Any, ours: Any, theirs: Any) -> str | None:
 
 
 def values_before(graph: Any, copy: Any) -> dict[int, tuple[int, Any, Any]]:
-    """A copy's Variables before a merge into it: id -> (position, the Variable, its value)."""
+    """A copy's Variables before a write into it: id -> (position, the Variable, its value)."""
     _, state = graph.flax_flatten(copy, ref_index=graph.graphlib.PythonRefMap(), graph=True)
     return {id(leaf): (i, leaf, getattr(leaf, "_raw_value", None))
             for i, leaf in enumerate(state.leaves)}
 
 
-def merged_copies_difference(graph: Any, ours: Any, theirs: Any,
-                             ours_before: dict[int, tuple[int, Any, Any]],
-                             theirs_before: dict[int, tuple[int, Any, Any]]) -> str | None:
-    # Two copies of the caller's objects after the native merge into one and flax's into the
-    # other, compared as rebuilt_difference compares, except that a Variable whose value
-    # neither merge replaced holds its own copy's copy of one original value (flax's copies
-    # copy a dict value, say): that counts as the same when both sat at the same place before.
+def written_copies_difference(graph: Any, ours: Any, theirs: Any,
+                              ours_before: dict[int, tuple[int, Any, Any]],
+                              theirs_before: dict[int, tuple[int, Any, Any]]) -> str | None:
+    """Two copies of the caller's objects after the native walk wrote into one (a merge into
+    existing objects, an update) and flax's function into the other, compared as
+    rebuilt_difference compares, except that a Variable whose value neither write replaced
+    holds its own copy's copy of one original value: that counts as the same when both sat at
+    the same place before. (flax's copies copy a dict value, and give each Variable that holds
+    an array ref a new ref of its own.)
+
+    A ref's contents are not compared: no read of a ref returns the object last written, and
+    inside a trace each read is a new tracer. The native walks never write into a ref; every
+    key whose Variable holds one is handed to flax's own function, in both copies alike.
+    """
     if type(ours) is not type(theirs):
-        return "the merged node's class differs"
+        return "the written copies' classes differ"
     fresh = graph.graphlib.PythonRefMap
     ours_def, ours_state = graph.flax_flatten(ours, ref_index=fresh(), graph=True)
     theirs_def, theirs_state = graph.flax_flatten(theirs, ref_index=fresh(), graph=True)
     if not equal(ours_def, theirs_def):
-        return "the merged objects' graphs differ"
+        return "the written copies' graphs differ"
     if len(ours_state.leaves) != len(theirs_state.leaves):
-        return "the merged objects' leaves differ"
+        return "the written copies' leaves differ"
     for a, b in zip(ours_state.leaves, theirs_state.leaves):
         if same_leaf(graph, a, b):
             continue
@@ -173,7 +180,7 @@ def merged_copies_difference(graph: Any, ours: Any, theirs: Any,
             and equal(a._trace_state, b._trace_state)
         )
         if not untouched:
-            return "the merged objects' leaves differ"
+            return "the written copies' leaves differ"
     return None
 
 

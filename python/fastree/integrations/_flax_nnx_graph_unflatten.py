@@ -186,10 +186,10 @@ def _checked_outer_unflatten(call: _Call, args: tuple[Any, ...]) -> Any:
     try:
         theirs = call.by_flax(index_ref=index_map(index_ref),
                               outer=index_map(zip(keys, theirs_copy)))
-        why = (_compare.merged_copies_difference(graph, ours[0], theirs, ours_before,
-                                                 theirs_before)
-               or _compare.merged_copies_difference(graph, ours_copy, theirs_copy,
-                                                    ours_before, theirs_before))
+        why = (_compare.written_copies_difference(graph, ours[0], theirs, ours_before,
+                                                  theirs_before)
+               or _compare.written_copies_difference(graph, ours_copy, theirs_copy,
+                                                     ours_before, theirs_before))
     except Exception:  # noqa: BLE001 - no comparison: this call is flax's, nothing is decided
         return flax_alone()
     verified, verified_nodes = checks.pending, checks.pending_nodes

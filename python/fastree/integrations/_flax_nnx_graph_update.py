@@ -95,6 +95,11 @@ def _compare_update(graph: Graph, node: Any, state: Any) -> bool | None:
     except Exception:  # noqa: BLE001 - no copies to compare on: this call is flax's, undecided
         return None
     theirs, ours = copies
+    try:
+        theirs_before = _compare.values_before(graph, theirs)
+        ours_before = _compare.values_before(graph, ours)
+    except Exception:  # noqa: BLE001 - nothing to compare on: this call is flax's, undecided
+        return None
     errors = []
     for run, target in ((graph.flax_update, theirs),
                         (lambda n, s: _native_update(graph, n, s), ours)):
@@ -108,7 +113,8 @@ def _compare_update(graph: Graph, node: Any, state: Any) -> bool | None:
         why = "the update raises differently"
     elif errors[0] is None:
         try:
-            why = _compare.rebuilt_difference(graph, ours, theirs)
+            why = _compare.written_copies_difference(graph, ours, theirs, ours_before,
+                                                     theirs_before)
         except Exception:  # noqa: BLE001 - Undecidable, or flax's flatten of a copy raised
             return None
     if why is None:
