@@ -1,0 +1,91 @@
+// What free-threaded CPython needs from the walks and tables, spelled once for every build.
+//
+// docs/threads.md lists the state these guard and why. Three tools:
+//
+// * Critical sections: FASTREE_BEGIN_CRITICAL_SECTION(obj) ... FASTREE_END_CRITICAL_SECTION()
+//   (and the two-object form) take CPython's own per-object lock, the one every dict and list
+//   operation takes inside, so a walk's reads of a container another thread changes see it whole.
+//   CPython 3.13+ defines Py_BEGIN_CRITICAL_SECTION on every build (a bare block where the GIL
+//   is on); older Pythons get the bare block here. A section is released while its thread waits
+//   (another lock, a stop-the-world GC), so what it read is re-checked after anything that can
+//   block: never classify, allocate through Python or call Python inside one.
+// * New references from containers: DictGetItemRef and ListGetItemRef, CPython 3.13's
+//   PyDict_GetItemRef / PyList_GetItemRef, with the get-then-INCREF they replace on 3.10-3.12
+//   (there the GIL makes the two steps one).
+// * TableLock: a PyMutex on free-threaded builds, nothing on GIL builds (the GIL already makes
+//   each table operation whole, because no Python code runs while one is held: see below).
+//   PyMutex, not std::mutex: a thread waiting on a PyMutex detaches from the interpreter, so a
+//   stop-the-world GC requested by the holder cannot deadlock against it.
+//
+// The rule for every TableLock: no Python code runs while one is held, no allocation of a
+// Python object (the cyclic GC and its finalizers can run), no DECREF that can free one (move
+// the reference out and release it after unlocking), no hash or comparison of a user's object.
+// Compute under the lock, call Python after unlocking. Then a lock is never held while another
+// is taken, except where a file that defines one says otherwise.
+#pragma once
+
+#include <Python.h>
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define FASTREE_BEGIN_CRITICAL_SECTION(obj) Py_BEGIN_CRITICAL_SECTION(obj)
+#define FASTREE_BEGIN_CRITICAL_SECTION2(a, b) Py_BEGIN_CRITICAL_SECTION2(a, b)
+#define FASTREE_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
+#define FASTREE_END_CRITICAL_SECTION2() Py_END_CRITICAL_SECTION2()
+#else
+#define FASTREE_BEGIN_CRITICAL_SECTION(obj) {
+#define FASTREE_BEGIN_CRITICAL_SECTION2(a, b) {
+#define FASTREE_END_CRITICAL_SECTION() }
+#define FASTREE_END_CRITICAL_SECTION2() }
+#endif
+
+namespace fastree {
+
+// `*result` a new reference to dict[key] (1), or null with no error when absent (0), or null
+// with an error set (-1): PyDict_GetItemRef's contract.
+inline int DictGetItemRef(PyObject* dict, PyObject* key, PyObject** result) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(dict, key, result);
+#else
+    PyObject* item = PyDict_GetItemWithError(dict, key);
+    *result = Py_XNewRef(item);
+    if (item != nullptr) return 1;
+    return PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
+// A new reference to list[index], or null with IndexError set: PyList_GetItemRef's contract.
+inline PyObject* ListGetItemRef(PyObject* list, Py_ssize_t index) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyList_GetItemRef(list, index);
+#else
+    return Py_XNewRef(PyList_GetItem(list, index));
+#endif
+}
+
+// A process-wide table's lock (the rule above). Lock with TableLock::Hold.
+class TableLock {
+public:
+    class Hold {
+    public:
+        explicit Hold(TableLock& lock) : lock_(lock) { lock_.Lock(); }
+        ~Hold() { lock_.Unlock(); }
+        Hold(const Hold&) = delete;
+        Hold& operator=(const Hold&) = delete;
+
+    private:
+        TableLock& lock_;
+    };
+
+#ifdef Py_GIL_DISABLED
+    void Lock() { PyMutex_Lock(&mutex_); }
+    void Unlock() { PyMutex_Unlock(&mutex_); }
+
+private:
+    PyMutex mutex_ = {0};
+#else
+    void Lock() {}
+    void Unlock() {}
+#endif
+};
+
+}  // namespace fastree
