@@ -596,6 +596,39 @@ class Result:
         return self.verdict.startswith("DIFFERS")
 
 
+# The modules of JAX's tree functions that installing routes to fastree's C functions: a
+# traceback through one of them shows its Python frames plainly and none installed. Those frames
+# (their "File" line and the source and caret lines under it) are left out of both runs' stderr.
+ROUTED_FRAME_FILES = re.compile(r'^  File ".*/jax/_src/(tree|tree_util)\.py", line \d+, in ')
+
+
+def without_routed_frames(text: str) -> str:
+    r"""``text`` without the traceback frames of JAX's routed tree functions.
+
+    >>> frames = ['  File "/x/prog.py", line 3, in <module>', '    jax.tree.map(f, t)',
+    ...           '  File "/y/jax/_src/tree.py", line 156, in map',
+    ...           '    return tree_util.tree_map(f, tree)', '           ^^^^^^^^^^^^^^^',
+    ...           '  File "/x/prog.py", line 3, in <lambda>', 'TypeError: boom']
+    >>> without_routed_frames("\n".join(frames)).split("\n")[2:]
+    ['  File "/x/prog.py", line 3, in <lambda>', 'TypeError: boom']
+    """
+    kept, skipping = [], False
+    for line in text.split("\n"):
+        if ROUTED_FRAME_FILES.match(line):
+            skipping = True
+            continue
+        if skipping and line.startswith("    "):
+            continue
+        skipping = False
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _comparable(run: Run, stream: str, masks: list[str]) -> str:
+    text = apply_masks(getattr(run, stream), masks)
+    return without_routed_frames(text) if stream == "stderr" else text
+
+
 def compare(first: Run, second: Run, installed: Run) -> tuple[str, list[str], int, str]:
     """The verdict on an installed run against two plain runs: (verdict, masks, unstable, diff)."""
     masks: set[str] = set()
@@ -609,8 +642,8 @@ def compare(first: Run, second: Run, installed: Run) -> tuple[str, list[str], in
         verdict = f"DIFFERS: {first.status} plain, {installed.status} installed"
         return verdict, ordered, unstable, _diff(first, installed, ordered)
     for stream in ("stdout", "stderr"):
-        mine = apply_masks(getattr(installed, stream), ordered)
-        if all(mine != apply_masks(getattr(run, stream), ordered) for run in (first, second)):
+        mine = _comparable(installed, stream, ordered)
+        if all(mine != _comparable(run, stream, ordered) for run in (first, second)):
             return f"DIFFERS in {stream}", ordered, unstable, _diff(first, installed, ordered)
     return "identical", ordered, unstable, ""
 
@@ -619,8 +652,8 @@ def _diff(plain: Run, installed: Run, masks: list[str], limit: int = 40) -> str:
     lines = []
     for stream in ("stdout", "stderr"):
         lines += difflib.unified_diff(
-            apply_masks(getattr(plain, stream), masks).split("\n"),
-            apply_masks(getattr(installed, stream), masks).split("\n"),
+            _comparable(plain, stream, masks).split("\n"),
+            _comparable(installed, stream, masks).split("\n"),
             f"plain {stream}", f"installed {stream}", n=2, lineterm="",
         )
     if len(lines) > limit:
