@@ -259,6 +259,7 @@ def decode_calls(name: str, layers: int) -> Calls:
 
 def _build(name: str) -> Callable[[int], Prepared]:
     def build(layers: int) -> Prepared:
+        require("flax.nnx")  # first: Unsupported (the workload skipped) when flax is missing
         import jax
         from flax import nnx
 
