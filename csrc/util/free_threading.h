@@ -89,3 +89,23 @@ private:
 };
 
 }  // namespace fastree
+
+// ---- Borrowed references (issue 45, step 4: docs/threads.md, "Borrowed references that
+// another thread can free"). Kept in one block apart from the tools above.
+
+namespace fastree {
+
+// `type`'s attribute `name` through its MRO, as a new reference, or null (no error) where no
+// class on the MRO has it. CPython 3.13's _PyType_LookupRef; 3.10-3.12: _PyType_Lookup plus an
+// INCREF (the GIL makes the two one step). Runs no Python code (the type's attribute cache and
+// the MRO's dicts). Where the result is dereferenced, a borrowed one could be freed by another
+// thread's setattr on the class on a free-threaded build.
+inline PyObject* TypeLookupRef(PyTypeObject* type, PyObject* name) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return _PyType_LookupRef(type, name);
+#else
+    return Py_XNewRef(_PyType_Lookup(type, name));
+#endif
+}
+
+}  // namespace fastree
