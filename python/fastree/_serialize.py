@@ -260,14 +260,22 @@ def _code_key(code: types.CodeType) -> tuple[Any, ...]:
 
 
 _dataclass_eq_problems: weakref.WeakKeyDictionary[type, str | None] = weakref.WeakKeyDictionary()
+# A WeakKeyDictionary's bookkeeping (its pending removals, its iteration guard) is not safe for
+# two threads at once without the GIL: reads and writes under this lock; a miss is computed
+# outside it (it builds a reference dataclass), and two threads computing one answer agree.
+_dataclass_eq_lock = threading.Lock()
+_MISSING = object()
 
 
 def _dataclass_problem(tp: type) -> str | None:
-    try:
-        return _dataclass_eq_problems[tp]
-    except KeyError:
-        problem = _dataclass_eq_problems[tp] = _dataclass_eq_problem(tp)
-        return problem
+    with _dataclass_eq_lock:
+        found = _dataclass_eq_problems.get(tp, _MISSING)
+    if found is not _MISSING:
+        return found
+    problem = _dataclass_eq_problem(tp)
+    with _dataclass_eq_lock:
+        _dataclass_eq_problems[tp] = problem
+    return problem
 
 
 def _has_nan(v: complex) -> bool:  # a float or a complex

@@ -44,6 +44,7 @@ aux_data are walked by ``_values.ValueWalk``.
 from __future__ import annotations
 
 import enum
+import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -299,6 +300,7 @@ def _message(node_type: type, path: tuple[Any, ...] | None, kind: str, value: An
 
 
 _warned: set[tuple[type, str]] = set()
+_warned_lock = threading.Lock()  # never held while a warning is issued (a filter runs code)
 
 _UNKNOWN = object()  # no key path given
 
@@ -330,8 +332,10 @@ def _report(
         path = _locate(tree, node_type, aux, kind, strict, is_leaf)
     if strict:
         raise TypeError(_message(node_type, path, kind, value))
+    with _warned_lock:  # check-then-add: two threads must not both warn (free-threaded builds)
+        problems = [(k, v) for k, v in problems if (node_type, k) not in _warned]
+        _warned.update((node_type, k) for k, _ in problems)
     for kind, value in problems:
-        _warned.add((node_type, kind))
         # stacklevel=2: the core calls this with no Python frame of its own in between.
         warnings.warn(_message(node_type, path, kind, value), AuxDataWarning, stacklevel=2)
 

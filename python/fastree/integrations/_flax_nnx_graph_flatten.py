@@ -11,7 +11,7 @@ from .. import _core
 from . import _flax_nnx_graph_compare as _compare
 from . import _flax_nnx_graph_replay as _replay
 from . import _flax_nnx_graph_user_code as _user_code
-from ._flax_nnx_graph_tables import Graph, served_now, walk_done, walk_in_progress
+from ._flax_nnx_graph_tables import Graph, enter_walk, served_now, walk_done
 
 
 def make_flatten(graph: Graph) -> Any:
@@ -32,14 +32,13 @@ def make_flatten(graph: Graph) -> Any:
         if (
             not mode
             or not served_now(_graph_state, "flatten")
-            or walk_in_progress(_graph_state)
             or type(ref_index) is not python_refmap
             or (ref_outer_index is not None and type(ref_outer_index) is not python_refmap)
+            or not enter_walk(_graph_state)  # last: once True, walk_done must follow
         ):
             return flax_flatten(node, with_paths=with_paths, ref_index=ref_index,
                                 ref_outer_index=ref_outer_index, graph=graph)
         state = _graph_state
-        state.walking += 1
         try:
             state.refresh()
             mapping = ref_index._mapping

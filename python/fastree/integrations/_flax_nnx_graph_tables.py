@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -124,6 +125,13 @@ class Graph(CheckTables):
             for cls, kind in ((list, LIST), (tuple, TUPLE), (type(None), NONE), (dict, DICT))
         }
         self.generation: tuple[int, int, int] = (-1, -1, -1)
+        # Held by the one thread whose native walks use this graph's tables and checks now, from
+        # a walk's entry to its end (enter_walk, walk_done; nested walks of that thread take it
+        # again). Another thread's call meanwhile is flax's own function: it never waits, so no
+        # lock order against flax's, a user's or the C walks' locks can deadlock. The checks
+        # need it: a type one walk met and has not checked yet must not serve another thread's
+        # walk unchecked, nor be verified by a walk that never met it.
+        self.lock = threading.RLock()
         # Native flatten/unflatten calls under way (nested ones included): walk_in_progress.
         self.walking = 0
         # Types left to flax after a difference: type -> reason.
@@ -404,6 +412,19 @@ def context(names: tuple[str, ...], items: dict[str, Any]) -> tuple[Any, ...]:
 
 
 
+def enter_walk(graph: Graph) -> bool:
+    """Whether this call may walk natively: then it holds ``graph.lock`` and counts as walking
+    until :func:`walk_done`. False, holding nothing, while another thread walks or this one's
+    walk under way has types it has not checked yet (:func:`walk_in_progress`)."""
+    if not graph.lock.acquire(blocking=False):
+        return False
+    if walk_in_progress(graph):
+        graph.lock.release()
+        return False
+    graph.walking += 1
+    return True
+
+
 def walk_in_progress(graph: Graph) -> bool:
     # Types met and not yet checked belong to the walk that met them: a walk started while one is
     # under way (a split from a pytree's flatten, a GC callback, another thread) would otherwise
@@ -413,16 +434,20 @@ def walk_in_progress(graph: Graph) -> bool:
 
 
 def walk_done(graph: Graph) -> None:
-    # The last native walk under way has ended: whatever it met and did not check (it raised,
-    # or handed the call to flax) is classified again, and so checked, by the next walk.
-    graph.walking -= 1
-    if graph.walking == 0:
-        # The outer tables' too: a merge into the caller's objects that was not served (a type
-        # left to flax) would otherwise leave its types pending, and every later such merge
-        # would run the check again.
-        for checks in (graph, graph.outer):
-            if checks.pending or checks.pending_nodes:
-                checks.forget_pending()
+    # The end of a walk enter_walk let in. The last native walk under way has ended: whatever
+    # it met and did not check (it raised, or handed the call to flax) is classified again, and
+    # so checked, by the next walk.
+    try:
+        graph.walking -= 1
+        if graph.walking == 0:
+            # The outer tables' too: a merge into the caller's objects that was not served (a
+            # type left to flax) would otherwise leave its types pending, and every later such
+            # merge would run the check again.
+            for checks in (graph, graph.outer):
+                if checks.pending or checks.pending_nodes:
+                    checks.forget_pending()
+    finally:
+        graph.lock.release()
 
 
 def served_now(graph: Graph, walk: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 from .. import _core
 from . import _flax_nnx_graph_compare as _compare
 from . import _flax_nnx_graph_user_code as _user_code
-from ._flax_nnx_graph_tables import Graph, served_now, walk_done, walk_in_progress
+from ._flax_nnx_graph_tables import Graph, enter_walk, served_now, walk_done
 
 
 def make_unflatten(graph: Graph) -> Any:
@@ -42,16 +42,15 @@ def make_unflatten(graph: Graph) -> Any:
             or (outer_index_outer_ref is not None and type(outer_index_outer_ref) is not index_map)
             or not served_now(graph, "unflatten" if outer_index_outer_ref is None
                                  else "unflatten_into_existing")
-            or walk_in_progress(graph)
+            or not enter_walk(graph)  # last: once True, walk_done must follow
         ):
             return flax_unflatten(graphdef, state, index_ref=index_ref,
                                   outer_index_outer_ref=outer_index_outer_ref,
                                   copy_variables=copy_variables,
                                   recreate_variables=recreate_variables)
-        call = _Call(graph, graphdef, state, index_ref, outer_index_outer_ref,
-                     recreate_variables)
-        graph.walking += 1
         try:
+            call = _Call(graph, graphdef, state, index_ref, outer_index_outer_ref,
+                         recreate_variables)
             graph.refresh()
             args = (graphdef.nodes, graphdef.attributes, leaves)
             # Into the caller's objects: the outer tables and checks (Graph.outer).

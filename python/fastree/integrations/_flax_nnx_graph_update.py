@@ -32,12 +32,16 @@ def make_update(graph: Graph) -> Any:
             or root in graph.fallbacks
             or root in graph.update_fallbacks
             or not served_now(graph, "update")
+            or not graph.lock.acquire(blocking=False)  # another thread walks: flax's (Graph.lock)
         ):
             return flax_update(node, state)
-        graph.refresh()
-        if root not in graph.verified_updates and not _checked_update(graph, node, state):
-            return flax_update(node, state)
-        return _native_update(graph, node, state)
+        try:
+            graph.refresh()
+            if root not in graph.verified_updates and not _checked_update(graph, node, state):
+                return flax_update(node, state)
+            return _native_update(graph, node, state)
+        finally:
+            graph.lock.release()
 
     return _graph_update_dynamic
 
@@ -134,20 +138,24 @@ def make_merge_leaves(graph: Graph) -> Any:
             type(states) is tuple
             and "_merge_to_flat_state" not in graph.function_fallbacks
             and served_now(graph, "_merge_to_flat_state")
+            and graph.lock.acquire(blocking=False)  # another thread walks: flax's (Graph.lock)
         ):
-            graph.refresh()
-            leaves = native(states, graph.unflatten_context)
-            if leaves is not None:
-                if graph.merge_checked:
-                    return leaves
-                # The first served call: flax's function too, and the same leaves, or flax's
-                # function from then on.
-                theirs = flax_merge_leaves(states)
-                graph.merge_checked = True
-                if len(leaves) == len(theirs) and all(a is b for a, b in zip(leaves, theirs)):
-                    return leaves
-                graph.function_fallbacks["_merge_to_flat_state"] = "the leaves differ"
-                return theirs
+            try:
+                graph.refresh()
+                leaves = native(states, graph.unflatten_context)
+                if leaves is not None:
+                    if graph.merge_checked:
+                        return leaves
+                    # The first served call: flax's function too, and the same leaves, or
+                    # flax's function from then on.
+                    theirs = flax_merge_leaves(states)
+                    graph.merge_checked = True
+                    if len(leaves) == len(theirs) and all(a is b for a, b in zip(leaves, theirs)):
+                        return leaves
+                    graph.function_fallbacks["_merge_to_flat_state"] = "the leaves differ"
+                    return theirs
+            finally:
+                graph.lock.release()
         return flax_merge_leaves(states)
 
     return _merge_to_flat_state

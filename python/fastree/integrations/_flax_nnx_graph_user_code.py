@@ -143,17 +143,20 @@ def gc_callbacks_run_user_code() -> bool:
     graph walks are flax's own. jax's own callback (registered on import) is library code.
     Answered from the last list seen while ``gc.callbacks`` holds the same functions.
     """
+    global _gc_seen
     callbacks = gc.callbacks
     seen, answer = _gc_seen
     if len(callbacks) == len(seen) and all(map(operator.is_, callbacks, seen)):
         return answer
     seen = tuple(callbacks)
     answer = not all(_library_function(callback) for callback in seen)
-    _gc_seen[:] = [seen, answer]
+    _gc_seen = (seen, answer)
     return answer
 
 
-_gc_seen: list[Any] = [(), False]
+# The last callbacks seen and the answer for them, one tuple rebound whole: a thread reads a
+# pair another thread wrote, never one's list with another's answer.
+_gc_seen: tuple[tuple[Any, ...], bool] = ((), False)
 
 
 def user_gc_callbacks() -> list[str]:

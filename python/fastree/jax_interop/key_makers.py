@@ -26,6 +26,7 @@ entries; they allocate well under 1 MiB.
 from __future__ import annotations
 
 import mmap
+import threading
 from typing import Any
 
 from .compat import tree_util as _jtu
@@ -39,6 +40,9 @@ _HEADROOM_PER_ENTRY = 256
 # Entries one ask covers beyond its own (see the module docstring), and what is left of it.
 _CREDIT = 1024
 _credit_left = 0
+# The credit is shared by every thread; a lost update on a free-threaded build would let a block
+# skip its probe. Held for arithmetic only, never across the probe.
+_credit_lock = threading.Lock()
 
 
 def ensure_headroom(n: int) -> None:
@@ -47,10 +51,11 @@ def ensure_headroom(n: int) -> None:
     >>> ensure_headroom(1000)
     """
     global _credit_left
-    if n <= _credit_left:
-        _credit_left -= n
-        return
-    _credit_left = 0  # spent, whatever the ask below finds
+    with _credit_lock:  # read-modify-write of the credit: one thread at a time
+        if n <= _credit_left:
+            _credit_left -= n
+            return
+        _credit_left = 0  # spent, whatever the ask below finds
     size = _HEADROOM_BASE + _HEADROOM_PER_ENTRY * (n + _CREDIT)
     try:
         # An anonymous private mapping counts against the address-space limit as malloc's
@@ -59,7 +64,8 @@ def ensure_headroom(n: int) -> None:
     except (OSError, OverflowError, ValueError):
         raise MemoryError(f"fastree: not enough memory to make {n} key-path entries") from None
     probe.close()
-    _credit_left = _CREDIT
+    with _credit_lock:
+        _credit_left = _CREDIT
 
 
 def sequence_block(n: int) -> list[Any]:
