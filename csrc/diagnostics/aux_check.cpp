@@ -78,7 +78,8 @@ Walk Visit(PyObject* value, int depth, bool* frozen) {
     const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
     if (mutable_container) *frozen = false;
-    if (mutable_container && S().strict.load(std::memory_order_relaxed)) return Walk::kReport;  // unhashable: strict rejects it
+    // Unhashable: strict rejects it.
+    if (mutable_container && S().strict.load(std::memory_order_relaxed)) return Walk::kReport;
     // The classifier is Python code (fastree's own, judging by type: no user code), and any
     // allocation may run the GC and its finalizers, which may mutate or free what we are
     // walking: hold a reference to every item while it is visited, and re-read a list's size

@@ -123,7 +123,8 @@ struct IndexKeys {
     Ref cls;    // the key class (under KeysState::lock; attr/attr_mapping.cpp reads it too)
     Ref block;  // null or n -> list of the keys for 0..n-1 (under KeysState::lock)
     // Owned; made by keys::Install with the class it caches entries of, replaced only by a
-    // re-install (the old one kept for the process on free-threaded builds: KeysState::retired_caches).
+    // re-install (the old one kept for the process on free-threaded builds:
+    // KeysState::retired_caches).
     std::atomic<IndexCache*> cache{nullptr};
 };
 

@@ -25,8 +25,8 @@ import jax
 from concurrency_harness import THREADS, check, isolated, run_threads
 from fastree import _core
 
-ROUNDS = 12
-TYPES_PER_ROUND = 5
+ROUNDS = 10
+TYPES_PER_ROUND = 150
 
 
 def _registrations() -> int:
@@ -40,7 +40,8 @@ def _jax_only_classes(r: int):
     """TYPES_PER_ROUND new classes registered with JAX alone (fastree adopts them)."""
     classes = []
     for i in range(TYPES_PER_ROUND):
-        cls = type(f"JaxOnly{r}_{i}", (), {"__init__": lambda self, a, b: setattr(self, "ab", (a, b))})
+        init = lambda self, a, b: setattr(self, "ab", (a, b))  # noqa: E731
+        cls = type(f"JaxOnly{r}_{i}", (), {"__init__": init})
         jax.tree_util.register_pytree_node(
             cls, lambda o: (o.ab, None), lambda _, c, cls=cls: cls(*c)
         )
@@ -56,10 +57,16 @@ def _adoption_workload():
         expected = [x for i in range(TYPES_PER_ROUND) for x in (i, i, r)]
 
         def work(k, classes=classes, tree=tree, expected=expected):
-            # Half the threads meet the types through a flatten, half through is_node_type
-            # first: both classify.
+            # Each thread meets the types from its own starting point (a type is met by the
+            # thread starting there and the one before it, about at once): half of them through
+            # is_node_type, half through a flatten of the instances in that order.
+            start = (k // 2) * 2 * TYPES_PER_ROUND // THREADS
             if k % 2:
-                check([_core.is_node_type(c) for c in classes], [True] * TYPES_PER_ROUND, "nodes")
+                order = classes[start:] + classes[:start]
+                check([_core.is_node_type(c) for c in order], [True] * TYPES_PER_ROUND, "nodes")
+            else:
+                part = tree[start:] + tree[:start]
+                check(len(tu.tree_leaves(part)), len(expected), f"round {r} thread {k}: part")
             leaves, td = tu.tree_flatten(tree)
             check(leaves, expected, f"round {r} thread {k}: leaves")
             check(td.num_leaves, len(expected), f"round {r} thread {k}: treedef")
@@ -92,7 +99,9 @@ def _registering_workload():
         for i in range(per_thread):
             cls = type(f"Reg{k}_{i}", (_Base,), {})
             if i % 3 == 0:
-                tu.register_pytree_node(cls, lambda o: ((o.x, o.y), None), lambda _, c, c_=cls: c_(*c))
+                tu.register_pytree_node(
+                    cls, lambda o: ((o.x, o.y), None), lambda _, c, c_=cls: c_(*c)
+                )
             elif i % 3 == 1:
                 tu.register_dataclass(cls, data_fields=["x", "y"], meta_fields=[])
             else:
@@ -110,7 +119,8 @@ def _registering_workload():
             classes = list(published)
             tree = [cls(j, (k, i)) for j, cls in enumerate(classes)]
             leaves = tu.tree_leaves(tree)
-            check(leaves, [x for j in range(len(classes)) for x in (j, k, i)], f"thread {k}: leaves")
+            expected = [x for j in range(len(classes)) for x in (j, k, i)]
+            check(leaves, expected, f"thread {k}: leaves")
             rebuilt = tu.tree_unflatten(tu.tree_structure(tree), leaves)
             check(rebuilt, tree, f"thread {k}: unflatten")
             seen = max(seen, len(classes))
