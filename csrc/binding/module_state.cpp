@@ -73,8 +73,9 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
 
     auto visit_cache = [&](const IndexCache* cache) -> int {
         if (cache == nullptr) return 0;
-        for (const std::atomic<PyObject*>& slot : cache->slots) {
-            Py_VISIT(slot.load(std::memory_order_relaxed));
+        const Py_ssize_t end = cache->end.load(std::memory_order_relaxed);
+        for (Py_ssize_t i = 0; i < end; ++i) {
+            Py_VISIT(cache->slots[i].load(std::memory_order_relaxed));
         }
         return 0;
     };

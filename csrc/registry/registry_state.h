@@ -112,6 +112,9 @@ inline constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 // acquire load and an INCREF, without a lock. Made zeroed by calloc (an untouched page costs no
 // memory), released by IndexCache::Release.
 struct IndexCache {
+    // One past the highest slot ever filled (raised after the slots it covers are): the GC's
+    // traversal and the release visit [0, end) only, not 2**17 slots per collection.
+    std::atomic<Py_ssize_t> end;
     std::atomic<PyObject*> slots[kIndexCacheSize];
 
     static IndexCache* New();                // null on failure (no error set)
