@@ -147,6 +147,7 @@ void ModuleState::Clear() {
         TableLock::Hold registry_hold(registry.lock);
         TableLock::Hold keys_hold(keys.lock);
         TableLock::Hold aux_hold(aux.lock);
+        TableLock::Hold hooks_hold(treedef.hooks_lock);
         memo = std::move(registry.memo);
         registry.memo.clear();
         registry.memo_by_weakref.clear();
