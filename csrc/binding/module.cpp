@@ -179,17 +179,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used(), py::multiple_interpreters::not
                                               flatten_one_level_with_keys.ptr()));
             ThrowIfFalse(keys::Install(dict_key.ptr(), sequence_key.ptr(), getattr_key.ptr(),
                                        flattened_index_key.ptr()));
-            // The treedef layer reads its hooks borrowed, then takes a reference: on free-threaded
-            // builds a hook replaced here is kept for the process, so a call on another thread
-            // between the two steps never finds it freed (docs/threads.md, W3). Under the GIL it
-            // is released as before (KeepForProcess).
-            TreeDefState& hooks = state::TreeDef();
-            if (hooks.to_jax_hook.get() != to_jax.ptr()) {
-                registry::KeepForProcess(Ref::FromBorrowed(hooks.to_jax_hook.get()));
-            }
-            if (hooks.map_error_hook.get() != map_error.ptr()) {
-                registry::KeepForProcess(Ref::FromBorrowed(hooks.map_error_hook.get()));
-            }
+            // The treedef layer reads its hooks under its own lock (treedef_state.h): a hook
+            // replaced here is released at once, as it always was (docs/threads.md, W3).
             SetToJaxHook(to_jax.ptr());
             SetMapErrorHook(map_error.ptr());
         },

@@ -73,8 +73,9 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
 
     auto visit_cache = [&](const IndexCache* cache) -> int {
         if (cache == nullptr) return 0;
-        for (const std::atomic<PyObject*>& slot : cache->slots) {
-            Py_VISIT(slot.load(std::memory_order_relaxed));
+        const Py_ssize_t end = cache->end.load(std::memory_order_relaxed);
+        for (Py_ssize_t i = 0; i < end; ++i) {
+            Py_VISIT(cache->slots[i].load(std::memory_order_relaxed));
         }
         return 0;
     };
@@ -146,6 +147,7 @@ void ModuleState::Clear() {
         TableLock::Hold registry_hold(registry.lock);
         TableLock::Hold keys_hold(keys.lock);
         TableLock::Hold aux_hold(aux.lock);
+        TableLock::Hold hooks_hold(treedef.hooks_lock);
         memo = std::move(registry.memo);
         registry.memo.clear();
         registry.memo_by_weakref.clear();

@@ -32,13 +32,15 @@ IndexCache* IndexCache::New() {
     // Zeroed pages: a null slot is all-zero bits (std::atomic<PyObject*> is lock-free and has
     // the pointer's layout), and calloc's untouched pages cost nothing until used.
     static_assert(sizeof(std::atomic<PyObject*>) == sizeof(PyObject*), "");
+    static_assert(sizeof(std::atomic<Py_ssize_t>) == sizeof(Py_ssize_t), "");
     return static_cast<IndexCache*>(std::calloc(1, sizeof(IndexCache)));
 }
 
 void IndexCache::Release(IndexCache* cache) {
     if (cache == nullptr) return;
-    for (std::atomic<PyObject*>& slot : cache->slots) {
-        Py_XDECREF(slot.exchange(nullptr, std::memory_order_relaxed));
+    const Py_ssize_t end = cache->end.load(std::memory_order_relaxed);
+    for (Py_ssize_t i = 0; i < end; ++i) {
+        Py_XDECREF(cache->slots[i].exchange(nullptr, std::memory_order_relaxed));
     }
     std::free(cache);
 }
@@ -124,6 +126,10 @@ void StoreIndexKeys(IndexCache* cache, PyObject* block, Py_ssize_t begin, Py_ssi
                                           std::memory_order_relaxed)) {
             Py_DECREF(key);  // the loser's: never the last reference
         }
+    }
+    Py_ssize_t seen = cache->end.load(std::memory_order_relaxed);
+    while (seen < end &&
+           !cache->end.compare_exchange_weak(seen, end, std::memory_order_relaxed)) {
     }
 }
 

@@ -31,6 +31,7 @@ namespace fastree {
 // free-threaded builds, nothing under the GIL). Their order, the one place it matters being
 // ModuleState::Clear (binding/module_state.cpp), the only code that holds more than one:
 //   1. RegistryState::lock   2. KeysState::lock   3. AuxState::lock (diagnostics/aux_state.h)
+//   4. TreeDefState::hooks_lock (treedef/treedef_state.h)
 // Everything else holds one at a time, runs no Python code while holding it, allocates no Python
 // object and releases no reference under it (free_threading.h's rule): a thread holding one
 // never waits for another lock, so no order between them and the objects' own critical
@@ -86,8 +87,9 @@ struct RegistryState {
     Ref iterable_leaf_types;
     Ref iterable_leaf_warn;
     // What re-installs replaced while walks may read it borrowed, kept for the process (free-
-    // threaded builds only; registry::KeepForProcess): JAX's registry and flatten functions, the
-    // bridge's to_jax and tree_map error hooks (treedef/treedef_state.h). Owned; visited.
+    // threaded builds only; registry::KeepForProcess): JAX's registry and flatten functions (the
+    // bridge's two treedef hooks are read under a lock instead: treedef/treedef_state.h).
+    // Owned; visited.
     RefVector retired;
 
     // Installs `dict` (JAX's registry, or null) with its mirror, and hands back the previous
@@ -112,6 +114,9 @@ inline constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
 // acquire load and an INCREF, without a lock. Made zeroed by calloc (an untouched page costs no
 // memory), released by IndexCache::Release.
 struct IndexCache {
+    // One past the highest slot ever filled (raised after the slots it covers are): the GC's
+    // traversal and the release visit [0, end) only, not 2**17 slots per collection.
+    std::atomic<Py_ssize_t> end;
     std::atomic<PyObject*> slots[kIndexCacheSize];
 
     static IndexCache* New();                // null on failure (no error set)
