@@ -109,14 +109,7 @@ bool InitKindNames();
 // declares that it does not support subinterpreters: Python 3.12+ refuses it to isolated ones
 // at import, and NewModuleStateObject to legacy ones. (Before 3.12, pybind11's own PyInit takes
 // the GIL with PyGILState_Ensure, which hangs in a subinterpreter before this code runs.)
-//
-// It also declares that it runs without the GIL (the Py_mod_gil slot, on free-threaded builds
-// only): every piece of process-wide state is immutable after init, per thread, or behind a
-// lock, a critical section or atomics, and containers being walked are read under their own
-// locks (docs/threads.md, which lists each, and tests/concurrent, which runs them on many
-// threads). Without the declaration CPython turns the GIL back on for the whole process at
-// import.
-PYBIND11_MODULE(_core, m, py::mod_gil_not_used(), py::multiple_interpreters::not_supported()) {
+PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
     using namespace fastree;
     m.doc() = "fastree's C++ core: flatten, unflatten, map, treedefs and the node registry.";
 

@@ -5,10 +5,9 @@ Each test in this folder has the same shape: compute the expected results single
 number of iterations each (never a duration: the outcome must not depend on the machine's
 speed), compare every result with the expected one exactly, and report the first difference.
 
-Where the GIL is off (a free-threaded interpreter: off by default, since fastree declares that
-it runs without it), a bug in fastree's locking would crash the interpreter rather than fail an
-assertion. :func:`isolated` then runs the workload in a child process, so a crash or a deadlock
-fails that one test
+Where the GIL is off (a free-threaded interpreter run with ``PYTHON_GIL=0`` or ``-X gil=0``),
+fastree is not yet safe (docs/threads.md, issue 45) and a workload may crash the interpreter.
+:func:`isolated` then runs it in a child process, so a crash or a deadlock fails that one test
 and names the signal, instead of ending the pytest run. With the GIL on, the workload runs in
 this process (no interpreter start per test); ``force=True`` takes the child path anyway, which
 ``test_concurrent_harness.py`` uses so that path is tested on every build.

@@ -56,6 +56,9 @@ def test_child_process_reports_a_crash():
 
 
 @pytest.mark.skipif(not FREE_THREADED_BUILD, reason="needs a free-threaded interpreter")
+@pytest.mark.xfail(
+    strict=True, reason="fastree does not declare itself free-threading safe yet (issue 45)"
+)
 def test_import_leaves_the_gil_as_it_was():
     """On a free-threaded interpreter, with the GIL left to its default (off), importing fastree
     keeps it off: the module declares Py_mod_gil (docs/threads.md, plan step 8)."""
