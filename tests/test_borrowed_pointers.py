@@ -17,12 +17,15 @@ import collections
 import os
 import pickle
 import sys
+import sysconfig
 import textwrap
 
 import fastree.tree_util as tu
 import pytest
 from fastree import _core
 from helpers import rlimit_sweep_source, run_script_results
+
+FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -380,7 +383,9 @@ def test_jax_registry_replaced_while_its_entries_finalize():
         print("leaves=%d" % len(tu.tree_leaves({"a": [1, 2], "b": (3,)})))
         """
     )
-    assert out["seen"] == "[2]"
+    # Free-threaded builds keep a replaced registry for the process (walks on other threads
+    # read it per leaf without a reference: docs/threads.md, R8): nothing is finalized.
+    assert out["seen"] == ("[]" if FREE_THREADED_BUILD else "[2]")
     assert out["leaves"] == "3"
 
 

@@ -8,14 +8,15 @@ namespace fastree {
 namespace attr {
 
 bool SwitchToLibrary(AttrNode* node) {
-    node->use_library = true;
-    node->checks_left = 0;
-    node->irregular_checks_left = 0;
+    SetUseLibrary(node, true);
+    SetCounter(node->checks_left, 0);
+    SetCounter(node->irregular_checks_left, 0);
     return registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
 }
 
 bool CheckDue(const AttrNode* node) {
-    return node->checker != nullptr && (node->checks_left > 0 || node->irregular_checks_left > 0);
+    return node->checker != nullptr &&
+           (Counter(node->checks_left) > 0 || Counter(node->irregular_checks_left) > 0);
 }
 
 int FieldsPresent(const AttrNode* node, const Instance& inst) {
@@ -34,22 +35,22 @@ int FieldsPresent(const AttrNode* node, const Instance& inst) {
 Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular, bool* ran) {
     *ran = false;
     if (node->checker == nullptr) return Outcome::kNative;
-    if (node->checks_left > 0) {
-        --node->checks_left;
-    } else if (!regular && node->irregular_checks_left > 0) {
-        --node->irregular_checks_left;
-    } else {
+    // Each check is taken by one thread (TakeCheck never counts below zero): as many checks run
+    // as were asked for, whichever threads read the first instances.
+    if (!TakeCheck(node->checks_left) && (regular || !TakeCheck(node->irregular_checks_left))) {
         return Outcome::kNative;
     }
+    // Held for the call, taken in the node's critical section: the checker may drop the node's
+    // own reference (check_with again), here or on another thread.
+    Ref checker = NodeFunction(node, &AttrNode::checker);
+    if (!checker) return Outcome::kNative;  // cleared meanwhile (the node's tp_clear)
     *ran = true;
-    // Held for the call: the checker may drop the node's own reference (check_with again).
-    Ref checker = Ref::FromBorrowed(node->checker);
     Ref verdict(PyObject_CallOneArg(checker.get(), obj));
     if (!verdict) return Outcome::kError;
     const int same = PyObject_IsTrue(verdict.get());
     if (same < 0) return Outcome::kError;
     if (!same && !SwitchToLibrary(node)) return Outcome::kError;
-    return node->use_library ? Outcome::kLibrary : Outcome::kNative;
+    return UsesLibrary(node) ? Outcome::kLibrary : Outcome::kNative;
 }
 
 }  // namespace attr

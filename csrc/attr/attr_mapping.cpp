@@ -7,6 +7,7 @@
 
 #include "registry/keys.h"
 #include "registry/registry_state.h"
+#include "util/free_threading.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -24,15 +25,16 @@ struct Field {
 // `name` as Python finds it on a plain instance whose __dict__ is `dict`: the instance dict,
 // else a plain class attribute. A new reference; null without an error when absent or not plain
 // (a data descriptor on the class would win over the instance dict: no guessing). Runs no Python
-// code: exact str keys, _PyType_Lookup.
+// code: exact str keys, the type's attribute lookup. Both lookups give new references: another
+// thread may set the class attribute or the instance's entry meanwhile (docs/threads.md).
 PyObject* PlainAttribute(PyObject* cls, PyObject* dict, PyObject* name) {
-    PyObject* on_class = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), name);  // borrowed
-    if (on_class != nullptr && Py_TYPE(on_class)->tp_descr_set != nullptr) return nullptr;
-    PyObject* found = PyDict_GetItemWithError(dict, name);  // borrowed: taken at once
-    if (found != nullptr) return Py_NewRef(found);
-    if (PyErr_Occurred() || on_class == nullptr) return nullptr;
-    if (Py_TYPE(on_class)->tp_descr_get != nullptr) return nullptr;  // a method, a property
-    return Py_NewRef(on_class);
+    Ref on_class(TypeLookupRef(reinterpret_cast<PyTypeObject*>(cls), name));
+    if (on_class && Py_TYPE(on_class.get())->tp_descr_set != nullptr) return nullptr;
+    PyObject* found;
+    if (DictGetItemRef(dict, name, &found) != 0) return found;  // found, or failed (error set)
+    if (!on_class) return nullptr;
+    if (Py_TYPE(on_class.get())->tp_descr_get != nullptr) return nullptr;  // a method, a property
+    return on_class.release();
 }
 
 // The exact dict of name -> is-data flags, or null (not plain; an error set only on failure).
@@ -129,39 +131,58 @@ Outcome Emit(std::vector<Field>& fields, const std::vector<size_t>& order, bool 
 
 // Whether the fields are the memo's layout: the same name objects in the same order, each with
 // the same flag (read now). If so, fills `order` and the fields' flags, and takes the memo's two
-// name tuples into *data_keys / *static_keys. A flag lookup can run Python code (a str subclass
-// key in the flags dict), which could replace the memo: the names tuple held here keeps its
-// address from being reused, and a replaced memo is a miss.
-bool MemoFits(const MappingLayout& m, std::vector<Field>& fields, PyObject* flags,
+// name tuples into *data_keys / *static_keys.
+//
+// The memo is the node's, shared by every thread reading instances of the class (A7 in
+// docs/threads.md): another thread's Remember replaces its tuples and frees its arrays. So the
+// flags are looked up first, outside any section (a lookup can run Python code: a str subclass
+// key in the flags dict), and then the names, flags and order are compared and copied in the
+// node's critical section, in one go: pointer and bool compares into buffers sized before it, the
+// tuples taken with a reference. A memo replaced before the section is simply a miss.
+bool MemoFits(const AttrNode* node, std::vector<Field>& fields, PyObject* flags,
               std::vector<size_t>* order, Ref* data_keys, Ref* static_keys) {
-    Ref names = Ref::FromBorrowed(m.last_names);
-    if (!names || PyTuple_GET_SIZE(names.get()) != static_cast<Py_ssize_t>(fields.size())) {
-        return false;
-    }
-    for (size_t i = 0; i < fields.size(); ++i) {
-        if (fields[i].key.get() != PyTuple_GET_ITEM(names.get(), static_cast<Py_ssize_t>(i))) {
-            return false;
-        }
-        PyObject* flag = PyDict_GetItemWithError(flags, fields[i].key.get());  // compared only
+    const MappingLayout& m = *node->mapping;
+    for (Field& f : fields) {
+        // Exact str names only (as the memo holds): their lookups run no Python code. Others
+        // go to the full read, which gives them to the library.
+        if (!PyUnicode_CheckExact(f.key.get())) return false;
+        PyObject* flag = PyDict_GetItemWithError(flags, f.key.get());  // compared only
         if (flag == nullptr && PyErr_Occurred()) {
             PyErr_Clear();  // the full read looks it up again and reports it
             return false;
         }
-        if (m.last_names != names.get()) return false;
         if (flag != nullptr && flag != Py_True && flag != Py_False) return false;
-        fields[i].data = flag == Py_True;
-        if (fields[i].data != m.last_data[i]) return false;
+        f.data = flag == Py_True;
     }
-    order->assign(m.last_order, m.last_order + fields.size());
-    *data_keys = Ref::FromBorrowed(m.last_data_keys);
-    *static_keys = Ref::FromBorrowed(m.last_static_keys);
-    return true;
+    const size_t n = fields.size();
+    order->resize(n);  // may throw: before the section
+    bool fits = false;
+    PyObject* a = nullptr;
+    PyObject* b = nullptr;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node)));
+    PyObject* names = m.last_names;
+    fits = names != nullptr && PyTuple_GET_SIZE(names) == static_cast<Py_ssize_t>(n);
+    for (size_t i = 0; fits && i < n; ++i) {
+        fits = fields[i].key.get() == PyTuple_GET_ITEM(names, static_cast<Py_ssize_t>(i)) &&
+               fields[i].data == m.last_data[i];
+    }
+    if (fits) {
+        for (size_t i = 0; i < n; ++i) (*order)[i] = static_cast<size_t>(m.last_order[i]);
+        a = Py_NewRef(m.last_data_keys);
+        b = Py_NewRef(m.last_static_keys);
+    }
+    FASTREE_END_CRITICAL_SECTION();
+    *data_keys = Ref(a);
+    *static_keys = Ref(b);
+    return fits;
 }
 
-// Keeps the layout just read (str names: int_keys false) as the memo. New values in place
-// before the old ones are released (a release can run Python code).
-void Remember(MappingLayout* m, const std::vector<Field>& fields, const std::vector<size_t>& order,
-              PyObject* aux) {
+// Keeps the layout just read (str names: int_keys false) as the memo. Everything new is made
+// first; the swap is in the node's critical section (MemoFits reads there); the old arrays and
+// tuples are released after it (a release can run Python code).
+void Remember(const AttrNode* node, const std::vector<Field>& fields,
+              const std::vector<size_t>& order, PyObject* aux) {
+    MappingLayout* m = node->mapping;
     const size_t n = fields.size();
     auto* new_order = static_cast<Py_ssize_t*>(PyMem_Malloc(sizeof(Py_ssize_t) * (n + 1)));
     auto* new_data = static_cast<bool*>(PyMem_Malloc(sizeof(bool) * (n + 1)));
@@ -178,14 +199,25 @@ void Remember(MappingLayout* m, const std::vector<Field>& fields, const std::vec
         new_data[i] = fields[i].data;
         new_order[i] = static_cast<Py_ssize_t>(order[i]);
     }
-    PyObject* old[3] = {m->last_names, m->last_data_keys, m->last_static_keys};
-    PyMem_Free(m->last_order);
-    PyMem_Free(m->last_data);
+    PyObject* data_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 0));
+    PyObject* static_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 1));
+    PyObject* old[3];
+    Py_ssize_t* old_order;
+    bool* old_data;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node)));
+    old[0] = m->last_names;
+    old[1] = m->last_data_keys;
+    old[2] = m->last_static_keys;
+    old_order = m->last_order;
+    old_data = m->last_data;
     m->last_names = names;
-    m->last_data_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 0));
-    m->last_static_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 1));
+    m->last_data_keys = data_keys;
+    m->last_static_keys = static_keys;
     m->last_order = new_order;
     m->last_data = new_data;
+    FASTREE_END_CRITICAL_SECTION();
+    PyMem_Free(old_order);
+    PyMem_Free(old_data);
     for (PyObject* o : old) Py_XDECREF(o);
 }
 
@@ -202,25 +234,34 @@ void ClearMappingMemo(MappingLayout* m) {
 }
 
 Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields* out) {
-    MappingLayout* m = node->mapping;
     Ref flags(DataFlags(node, dict));
     if (!flags) return PyErr_Occurred() ? Outcome::kError : Outcome::kLibraryOnce;
     const int int_keys = IntKeys(node, dict);
     if (int_keys < 0) return PyErr_Occurred() ? Outcome::kError : Outcome::kLibraryOnce;
     // The entries, owned before anything else is allocated: an allocation can run the cyclic
     // GC, whose finalizers could change the dict.
+    // The instance's dict is read in its critical section (another thread may set attributes
+    // meanwhile), into room made before it: no allocation there, nothing thrown through it.
     std::vector<Field> fields;
-    fields.reserve(static_cast<size_t>(PyDict_GET_SIZE(dict)));
-    {
-        PyObject *name, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(dict, &pos, &name, &value)) {
-            fields.push_back(Field{Ref::FromBorrowed(name), Ref::FromBorrowed(value), false});
+    for (;;) {
+        const size_t room = static_cast<size_t>(PyDict_GET_SIZE(dict));
+        fields.reserve(room);  // may throw: outside the section
+        bool fit;
+        FASTREE_BEGIN_CRITICAL_SECTION(dict);
+        fit = static_cast<size_t>(PyDict_GET_SIZE(dict)) <= fields.capacity();
+        if (fit) {
+            PyObject *name, *value;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(dict, &pos, &name, &value)) {
+                fields.push_back(Field{Ref::FromBorrowed(name), Ref::FromBorrowed(value), false});
+            }
         }
+        FASTREE_END_CRITICAL_SECTION();
+        if (fit) break;  // else grown meanwhile (free-threaded only): make more room
     }
     std::vector<size_t> order;
     Ref data_keys, static_keys;
-    if (!int_keys && MemoFits(*m, fields, flags.get(), &order, &data_keys, &static_keys)) {
+    if (!int_keys && MemoFits(node, fields, flags.get(), &order, &data_keys, &static_keys)) {
         return Emit(fields, order, want_aux, data_keys.get(), static_keys.get(), out);
     }
     for (Field& f : fields) {
@@ -256,7 +297,7 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
     }
     const Outcome outcome = Emit(fields, order, want_aux, nullptr, nullptr, out);
     if (outcome == Outcome::kNative && want_aux && !int_keys) {
-        Remember(m, fields, order, out->aux.get());
+        Remember(node, fields, order, out->aux.get());
     }
     return outcome;
 }

@@ -45,10 +45,12 @@ bool FindSlots(AttrNode* node) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* name = i < nd ? PyTuple_GET_ITEM(node->data_fields, i)
                                 : PyTuple_GET_ITEM(node->meta_fields, i - nd);
-        // Borrowed, used before anything else runs; _PyType_Lookup runs no Python code.
-        PyObject* descr = _PyType_Lookup(cls, name);
-        if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) continue;
-        PyMemberDescrObject* member_descr = reinterpret_cast<PyMemberDescrObject*>(descr);
+        // A new reference (TypeLookupRef runs no Python code): under the GIL the borrowed one
+        // was safe, used before anything else ran; without it another thread's setattr on the
+        // class could free the descriptor while it is read here.
+        Ref descr(TypeLookupRef(cls, name));
+        if (!descr || Py_TYPE(descr.get()) != &PyMemberDescr_Type) continue;
+        PyMemberDescrObject* member_descr = reinterpret_cast<PyMemberDescrObject*>(descr.get());
         Py_ssize_t offset;
         if (!PyType_IsSubtype(cls, PyDescr_TYPE(member_descr))) {
             offset = kReadByGetAttr;

@@ -35,8 +35,8 @@ PyObject* FlattenImpl(AttrNode* node, PyObject* obj, bool with_keys, bool check)
             return nullptr;
         case Outcome::kLibrary:
         case Outcome::kLibraryOnce: {
-            Ref fn = Ref::FromBorrowed(with_keys ? node->library_flatten_with_keys
-                                                 : node->library_flatten);
+            Ref fn = NodeFunction(node, with_keys ? &AttrNode::library_flatten_with_keys
+                                                  : &AttrNode::library_flatten);
             if (!fn) return NoLibrary(node);
             return PyObject_CallOneArg(fn.get(), obj);
         }
@@ -62,8 +62,8 @@ PyObject* UnflattenImpl(AttrNode* node, PyObject* const* args, Py_ssize_t nargs,
                      nargs);
         return nullptr;
     }
-    if (library && node->use_library) {
-        Ref fn = Ref::FromBorrowed(node->library_unflatten);
+    if (library && UsesLibrary(node)) {
+        Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
         if (!fn) return NoLibrary(node);
         return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
     }
@@ -125,17 +125,24 @@ PyObject* MethodCheckWith(PyObject* self, PyObject* args, PyObject* kwargs) {
         }
     }
     AttrNode* node = Self(self);
-    // New values in place before the old ones are released (a release can run Python code).
-    PyObject* old[4] = {node->checker, node->library_flatten, node->library_flatten_with_keys,
-                        node->library_unflatten};
+    // New values in place before the old ones are released (a release can run Python code),
+    // swapped in the node's critical section, where every other thread takes its reference to
+    // one of them (NodeFunction); the old ones released after it.
+    PyObject* old[4];
+    FASTREE_BEGIN_CRITICAL_SECTION(self);
+    old[0] = node->checker;
+    old[1] = node->library_flatten;
+    old[2] = node->library_flatten_with_keys;
+    old[3] = node->library_unflatten;
     node->checker = Py_NewRef(checker);
     node->library_flatten = Py_NewRef(flatten);
     node->library_flatten_with_keys = Py_NewRef(flatten_with_keys);
     node->library_unflatten = Py_NewRef(unflatten);
-    node->checks_left = checks < 0 ? 0 : checks;
-    node->irregular_checks_left = irregular < 0 ? 0 : irregular;
-    node->use_library = false;
     node->delegate_irregular = delegate != 0;
+    FASTREE_END_CRITICAL_SECTION();
+    SetCounter(node->checks_left, checks < 0 ? 0 : checks);
+    SetCounter(node->irregular_checks_left, irregular < 0 ? 0 : irregular);
+    SetUseLibrary(node, false);
     for (PyObject* o : old) Py_XDECREF(o);
     Py_RETURN_NONE;
 }
@@ -179,7 +186,7 @@ PyObject* GetMissing(PyObject* self, void*) {
     }
     return Py_NewRef(m);
 }
-PyObject* GetUseLibrary(PyObject* self, void*) { return PyBool_FromLong(Self(self)->use_library); }
+PyObject* GetUseLibrary(PyObject* self, void*) { return PyBool_FromLong(UsesLibrary(Self(self))); }
 int SetUseLibrary(PyObject* self, PyObject* value, void*) {
     const int on = value ? PyObject_IsTrue(value) : -1;
     if (on < 0) {
@@ -194,7 +201,7 @@ int SetUseLibrary(PyObject* self, PyObject* value, void*) {
     if (on) {
         if (!SwitchToLibrary(node)) return -1;
     } else {
-        node->use_library = false;
+        SetUseLibrary(node, false);
     }
     return 0;
 }
@@ -204,7 +211,7 @@ PyObject* GetPlainAttributeAccess(PyObject* self, void*) {
         PlainAttributeAccess(node, reinterpret_cast<PyTypeObject*>(node->cls)));
 }
 PyObject* GetChecksLeft(PyObject* self, void*) {
-    return PyLong_FromLong(Self(self)->checks_left);
+    return PyLong_FromLong(Counter(Self(self)->checks_left));
 }
 
 PyGetSetDef kGetSet[] = {

@@ -54,11 +54,22 @@ PyObject* Stored(const AttrNode* node, const Instance& inst, Py_ssize_t i, PyObj
     const Py_ssize_t slot = node->slots != nullptr ? node->slots[i] : 0;
     if (inst.general || slot == kReadByGetAttr) return GetAttrIfPresent(inst.obj, name);
     if (slot != 0) {
-        return Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(inst.obj) + slot));
+        PyObject* const* where =
+            reinterpret_cast<PyObject* const*>(reinterpret_cast<char*>(inst.obj) + slot);
+        PyObject* v;
+        // CPython's member descriptor replaces a slot's value in the instance's critical section
+        // and releases the old one after it (Python/structmember.c, PyMember_SetOne): a read and
+        // its INCREF in that section never take a value being freed (a bare block under the GIL).
+        FASTREE_BEGIN_CRITICAL_SECTION(inst.obj);
+        v = Py_XNewRef(*where);
+        FASTREE_END_CRITICAL_SECTION();
+        return v;
     }
     if (!inst.dict) return nullptr;
-    // Borrowed, and taken at once: the lookup itself can compare keys (Python code).
-    return Py_XNewRef(PyDict_GetItemWithError(inst.dict.get(), name));
+    // A new reference from the lookup itself: another thread may replace the entry at once.
+    PyObject* v;
+    DictGetItemRef(inst.dict.get(), name, &v);  // null: absent (no error) or failed (error set)
+    return v;
 }
 
 // An extra field's value as stored, or `missing`. A new reference, or null with an error set.
@@ -67,7 +78,7 @@ PyObject* Extra(const AttrNode* node, const Instance& inst, PyObject* name) {
     if (inst.general) {
         v = GetAttrIfPresent(inst.obj, name);
     } else if (inst.dict) {
-        v = Py_XNewRef(PyDict_GetItemWithError(inst.dict.get(), name));
+        DictGetItemRef(inst.dict.get(), name, &v);  // a new reference (see Stored)
     }
     return v != nullptr || PyErr_Occurred() ? v : Py_NewRef(node->missing);
 }
@@ -118,12 +129,16 @@ bool SameItems(PyObject* t, const Vec& items) {
 // Whether `meta` is an exact dict of exact str keys (nothing runs).
 bool StrKeyedDict(PyObject* meta) {
     if (!PyDict_CheckExact(meta)) return false;
+    bool all_str = true;
+    // In the dict's critical section: another thread's change frees no key being looked at.
+    FASTREE_BEGIN_CRITICAL_SECTION(meta);
     PyObject *key, *value;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(meta, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key)) return false;
+    while (all_str && PyDict_Next(meta, &pos, &key, &value)) {
+        all_str = PyUnicode_CheckExact(key);
     }
-    return true;
+    FASTREE_END_CRITICAL_SECTION();
+    return all_str;
 }
 
 // tuple(sorted(meta.items())) for a meta_items node: a new reference; null with no error when
@@ -152,37 +167,71 @@ bool Immortal(PyObject* v) {
 
 // node->last_aux again (a new reference) when `meta`, an exact dict, holds the very keys and
 // values it was made from, in any insertion order (a dict's keys are distinct: each found once
-// is all of them); else null (no error). Nothing runs: PyDict_Next and pointer compares.
-PyObject* KeptMetaItems(const AttrNode* node, PyObject* meta) {
+// is all of them); else null (no error). Nothing runs: PyDict_Next and pointer compares, in the
+// critical sections of the node (last_aux, meta_kept: another thread's KeepMetaItems replaces
+// them) and of `meta` (another thread may change the instance's metadata), taken together.
+PyObject* KeptMetaItems(AttrNode* node, PyObject* meta) {
+    PyObject* kept = nullptr;
+    FASTREE_BEGIN_CRITICAL_SECTION2(reinterpret_cast<PyObject*>(node), meta);
     PyObject* last = node->last_aux;
-    if (!node->meta_kept || last == nullptr || PyDict_GET_SIZE(meta) != PyTuple_GET_SIZE(last)) {
-        return nullptr;
+    if (node->meta_kept && last != nullptr && PyDict_GET_SIZE(meta) == PyTuple_GET_SIZE(last)) {
+        const Py_ssize_t n = PyTuple_GET_SIZE(last);
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        bool same = true;
+        while (same && PyDict_Next(meta, &pos, &key, &value)) {
+            Py_ssize_t j = 0;
+            while (j < n && PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 0) != key) ++j;
+            same = j < n && PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 1) == value;
+        }
+        if (same) kept = Py_NewRef(last);
     }
-    const Py_ssize_t n = PyTuple_GET_SIZE(last);
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(meta, &pos, &key, &value)) {
-        Py_ssize_t j = 0;
-        while (j < n && PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 0) != key) ++j;
-        if (j == n || PyTuple_GET_ITEM(PyTuple_GET_ITEM(last, j), 1) != value) return nullptr;
-    }
-    return Py_NewRef(last);
+    FASTREE_END_CRITICAL_SECTION2();
+    return kept;
 }
 
 // Keeps `aux` (the sorted pairs just made from `meta`) as node->last_aux when its values are
-// immortal (see AttrNode::meta_kept). The old tuple is released last (a release can run Python
-// code).
+// immortal (see AttrNode::meta_kept), in the node's critical section. The old tuple is released
+// last, after the section (a release can run Python code).
 void KeepMetaItems(AttrNode* node, PyObject* aux) {
     const Py_ssize_t n = PyTuple_GET_SIZE(aux);
     if (n == 0 || n > AttrNode::kMaxKeptMeta) return;
     for (Py_ssize_t j = 0; j < n; ++j) {
         if (!Immortal(PyTuple_GET_ITEM(PyTuple_GET_ITEM(aux, j), 1))) return;
     }
-    PyObject* old = node->last_aux;
+    PyObject* old;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+    old = node->last_aux;
     node->last_aux = Py_NewRef(aux);
     node->meta_kept = true;
     node->aux_stamp = 0;  // the check's record was for the old tuple
+    FASTREE_END_CRITICAL_SECTION();
     Py_XDECREF(old);
+}
+
+// Replaces node->last_aux by `aux` (a regular instance's, just made), in the node's critical
+// section; the old tuple released after it (a release can run Python code).
+void KeepRegularAux(AttrNode* node, PyObject* aux) {
+    PyObject* old;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+    old = node->last_aux;
+    node->last_aux = Py_NewRef(aux);
+    node->aux_stamp = 0;  // the check's record was for the old tuple
+    FASTREE_END_CRITICAL_SECTION();
+    Py_XDECREF(old);
+}
+
+// node->last_aux again (a new reference) when it holds exactly `items` (identity compares, in
+// the node's critical section); else null.
+template <class Vec>
+PyObject* SameAsLastAux(AttrNode* node, const Vec& items) {
+    PyObject* kept = nullptr;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+    if (node->last_aux != nullptr && SameItems(node->last_aux, items)) {
+        kept = Py_NewRef(node->last_aux);
+    }
+    FASTREE_END_CRITICAL_SECTION();
+    return kept;
 }
 
 // The aux data of an instance, as a new tuple (or the shared regular one).
@@ -227,16 +276,11 @@ PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
         if (v == nullptr) return nullptr;
         PushOwned(items, v);
     }
-    if (regular && node->last_aux != nullptr && SameItems(node->last_aux, items)) {
-        return Py_NewRef(node->last_aux);  // `items` released on return
+    if (regular) {
+        if (PyObject* kept = SameAsLastAux(node, items)) return kept;  // `items` released on return
     }
     PyObject* aux = StealIntoSequence(items, /*as_tuple=*/true);
-    if (aux != nullptr && regular) {
-        PyObject* old = node->last_aux;
-        node->last_aux = Py_NewRef(aux);
-        node->aux_stamp = 0;  // the check's record was for the old tuple
-        Py_XDECREF(old);  // after the new value is in place (a release can run Python code)
-    }
+    if (aux != nullptr && regular) KeepRegularAux(node, aux);
     return aux;
 }
 
@@ -270,7 +314,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
     int regular = Regular(node, inst);
     if (regular < 0) return Outcome::kError;
     if (check) {
-        if (node->use_library) return Outcome::kLibrary;
+        if (UsesLibrary(node)) return Outcome::kLibrary;
         // Not a plain instance: the library reads it as it reads every instance.
         if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
         if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;

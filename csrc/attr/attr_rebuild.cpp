@@ -138,7 +138,12 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
         if (own < 0) return nullptr;
         if (!own && node->library_unflatten != nullptr && CheckAux(node, aux, n)) {
             // An instance the library flattened (delegate_irregular): the library rebuilds it.
-            Ref fn = Ref::FromBorrowed(node->library_unflatten);
+            Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
+            if (!fn) {  // cleared since the test above (the node's tp_clear)
+                PyErr_SetString(PyExc_RuntimeError,
+                                "fastree: an attribute node's library functions are gone");
+                return nullptr;
+            }
             Ref kids(NewSequenceOf<true>(n, [&](Py_ssize_t i) { return Py_NewRef(children[i]); }));
             if (!kids) return nullptr;
             PyObject* args[2] = {aux, kids.get()};

@@ -54,46 +54,63 @@ struct Names {
     PyObject* array_refdef;
 };
 
-inline const Names* GetNames() {
-    static const Names* names = [] {
-        auto* n = new Names;
-        n->dict = PyUnicode_InternFromString("__dict__");
-        n->is_pytree = PyUnicode_InternFromString("_pytree__is_pytree");
-        n->nodes = PyUnicode_InternFromString("_pytree__nodes");
-        n->has_int_keys = PyUnicode_InternFromString("_pytree__has_int_keys");
-        n->mapping = PyUnicode_InternFromString("_mapping");
-        n->raw_value = PyUnicode_InternFromString("_raw_value");
-        n->var_metadata = PyUnicode_InternFromString("_var_metadata");
-        n->trace_state = PyUnicode_InternFromString("_trace_state");
-        n->jax_trace = PyUnicode_InternFromString("_jax_trace");
-        n->trace_ref = PyUnicode_InternFromString("_trace_ref");
-        n->weakref = PyUnicode_InternFromString("_weakref");
-        n->hijax = PyUnicode_InternFromString("hijax");
-        n->ref = PyUnicode_InternFromString("ref");
-        n->copy = PyUnicode_InternFromString("copy");
-        n->initializing = PyUnicode_InternFromString("initializing");
-        n->is_setup = PyUnicode_InternFromString("is_setup");
-        n->initializing_slot = PyUnicode_InternFromString("_initializing");
-        n->is_setup_slot = PyUnicode_InternFromString("_is_setup");
-        n->flatten = PyUnicode_InternFromString("flatten");
-        n->unflatten = PyUnicode_InternFromString("unflatten");
-        n->create_empty = PyUnicode_InternFromString("create_empty");
-        n->clear = PyUnicode_InternFromString("clear");
-        n->init = PyUnicode_InternFromString("init");
-        n->update_from_state = PyUnicode_InternFromString("update_from_state");
-        n->set_raw_value = PyUnicode_InternFromString("set_raw_value");
-        n->check_can_update = PyUnicode_InternFromString("_check_can_update");
-        n->value = PyUnicode_InternFromString("value");
-        n->type = PyUnicode_InternFromString("type");
-        n->index = PyUnicode_InternFromString("index");
-        n->outer_index = PyUnicode_InternFromString("outer_index");
-        n->num_attributes = PyUnicode_InternFromString("num_attributes");
-        n->metadata = PyUnicode_InternFromString("metadata");
-        n->array_refdef = PyUnicode_InternFromString("array_refdef");
-        return n;
-    }();
-    return names;
+// The table, filled once at module init (InitNames, from binding/module.cpp) and read without
+// synchronisation afterwards (docs/threads.md, N1). Not a function-local static built on first
+// use: on a free-threaded build a second thread would wait on C++'s initialisation guard while
+// attached, and the first one's allocations may need a stop-the-world GC, which waits for it: a
+// deadlock. Constant-initialised (all null) and never destroyed: the strings are interned, kept
+// for the process.
+inline Names g_names{};
+
+// Interns every name. False with an error set. Once, at module init (under the import lock).
+inline bool InitNames() {
+    Names& n = g_names;
+    const std::pair<PyObject**, const char*> names[] = {
+        {&n.dict, "__dict__"},
+        {&n.is_pytree, "_pytree__is_pytree"},
+        {&n.nodes, "_pytree__nodes"},
+        {&n.has_int_keys, "_pytree__has_int_keys"},
+        {&n.mapping, "_mapping"},
+        {&n.raw_value, "_raw_value"},
+        {&n.var_metadata, "_var_metadata"},
+        {&n.trace_state, "_trace_state"},
+        {&n.jax_trace, "_jax_trace"},
+        {&n.trace_ref, "_trace_ref"},
+        {&n.weakref, "_weakref"},
+        {&n.hijax, "hijax"},
+        {&n.ref, "ref"},
+        {&n.copy, "copy"},
+        {&n.initializing, "initializing"},
+        {&n.is_setup, "is_setup"},
+        {&n.initializing_slot, "_initializing"},
+        {&n.is_setup_slot, "_is_setup"},
+        {&n.flatten, "flatten"},
+        {&n.unflatten, "unflatten"},
+        {&n.create_empty, "create_empty"},
+        {&n.clear, "clear"},
+        {&n.init, "init"},
+        {&n.update_from_state, "update_from_state"},
+        {&n.set_raw_value, "set_raw_value"},
+        {&n.check_can_update, "_check_can_update"},
+        {&n.value, "value"},
+        {&n.type, "type"},
+        {&n.index, "index"},
+        {&n.outer_index, "outer_index"},
+        {&n.num_attributes, "num_attributes"},
+        {&n.metadata, "metadata"},
+        {&n.array_refdef, "array_refdef"},
+    };
+    static_assert(sizeof(names) / sizeof(names[0]) == sizeof(Names) / sizeof(PyObject*),
+                  "every field of Names is interned here");
+    for (const auto& [field, text] : names) {
+        if (*field != nullptr) continue;
+        *field = PyUnicode_InternFromString(text);
+        if (*field == nullptr) return false;
+    }
+    return true;
 }
+
+inline const Names* GetNames() { return &g_names; }
 
 // object.__new__(cls) with each field set in order by object.__setattr__, as the frozen
 // dataclasses' own __init__ sets them: the same __dict__ (or slots), in the same order. A new

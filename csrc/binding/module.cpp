@@ -2,6 +2,8 @@
 // the cold ones (registration, bridge set-up) go through pybind11.
 #include <pybind11/pybind11.h>
 
+#include <stdexcept>
+
 #include "registry/attr_node.h"
 #include "diagnostics/aux_check.h"
 #include "binding/entry_points.h"
@@ -11,6 +13,7 @@
 #include "binding/module_state.h"
 #include "nnx/nnx_graph.h"
 #include "nnx/nnx_graph_walk.h"
+#include "attr/nnx_shared.h"
 #include "registry/registry.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
@@ -95,6 +98,11 @@ void ThrowIfFalse(bool ok) {
 }
 
 }  // namespace
+
+// treedef/node_view.cpp: interns the node kinds' names PyTreeDef._nodes() reports. False with an
+// error set.
+bool InitKindNames();
+
 }  // namespace fastree
 
 // Multi-phase (PEP 489) init. The core's state is per process (module_state.h), so the module
@@ -114,6 +122,12 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         throw error;
     }
     m.attr("_module_state") = state;
+
+    // What is made once and then read without a lock by every thread (docs/threads.md, step 3):
+    // the memo's weakref callback, the node kinds' names, flax's attribute names.
+    ThrowIfFalse(registry::Init());
+    ThrowIfFalse(InitKindNames());
+    ThrowIfFalse(nnx_graph::InitNames());
 
     if (CreateTreeDefType() == nullptr) throw py::error_already_set();
     m.add_object("PyTreeDef", reinterpret_cast<PyObject*>(g_PyTreeDef_Type));
@@ -158,6 +172,8 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
                                               flatten_one_level_with_keys.ptr()));
             ThrowIfFalse(keys::Install(dict_key.ptr(), sequence_key.ptr(), getattr_key.ptr(),
                                        flattened_index_key.ptr()));
+            // The treedef layer reads its hooks under its own lock (treedef_state.h): a hook
+            // replaced here is released at once, as it always was (docs/threads.md, W3).
             SetToJaxHook(to_jax.ptr());
             SetMapErrorHook(map_error.ptr());
         },
@@ -202,9 +218,23 @@ PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
         "set_jax_texts",
         [](bool dict_mismatch_shows_dict, bool aux_equality_names_type,
            bool dict_grown_mid_walk_raises) {
-            Texts().dict_mismatch_shows_dict = dict_mismatch_shows_dict;
-            Texts().aux_equality_names_type = aux_equality_names_type;
-            Texts().dict_grown_mid_walk_raises = dict_grown_mid_walk_raises;
+            // Set once (docs/threads.md, B2): walks read the flags without synchronisation, so
+            // they are written by the bridge's install at import only. A later install (the
+            // bridge's again, same JAX) finds them equal and writes nothing; different texts
+            // would mean another JAX in the same process.
+            static bool texts_set = false;  // the first call runs under the import lock
+            JaxTexts& texts = Texts();
+            if (!texts_set) {
+                texts.dict_mismatch_shows_dict = dict_mismatch_shows_dict;
+                texts.aux_equality_names_type = aux_equality_names_type;
+                texts.dict_grown_mid_walk_raises = dict_grown_mid_walk_raises;
+                texts_set = true;
+            } else if (texts.dict_mismatch_shows_dict != dict_mismatch_shows_dict ||
+                       texts.aux_equality_names_type != aux_equality_names_type ||
+                       texts.dict_grown_mid_walk_raises != dict_grown_mid_walk_raises) {
+                throw std::runtime_error(
+                    "fastree: the JAX error texts are set once, at import, and cannot change");
+            }
         },
         py::arg("dict_mismatch_shows_dict"), py::arg("aux_equality_names_type"),
         py::arg("dict_grown_mid_walk_raises"),

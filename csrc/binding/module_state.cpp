@@ -2,8 +2,11 @@
 // hot-path mirrors (see module_state.h for what lives where and why).
 #include "binding/module_state.h"
 
+#include <atomic>
 #include <memory>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "treedef/treedef.h"
 
@@ -37,12 +40,17 @@ FASTREE_PER_THREAD Memo g_memo[kMemoSlots];
 #ifdef Py_GIL_DISABLED
 std::atomic<uint64_t> g_memo_generation{1};  // a slot's 0 never matches
 #endif
-PyObject* g_jax_registry = nullptr;  // borrowed: state::Registry().jax_registry
+std::atomic<PyObject*> g_jax_registry{nullptr};  // borrowed: state::Registry().jax_registry
 }  // namespace registry
 PyTypeObject* g_PyTreeDef_Type = nullptr;  // borrowed: state::TreeDef().type (permanent)
 
 JaxTexts& Texts() { return g_texts; }
 
+// Traverse takes no lock. On free-threaded builds the collector runs it with the world stopped:
+// every other thread is parked outside the interpreter, and none is inside a table operation
+// (a thread detaches only to wait for a lock, and each wait is outside any other lock's table
+// operation: Clear waits holding locks, but between its moves, never inside one). Taking a lock
+// here could wait forever on a parked holder.
 int ModuleState::Traverse(visitproc visit, void* arg) const {
     for (const auto& reg : registry.all) {
         Py_VISIT(reg->type);
@@ -61,17 +69,30 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
     Py_VISIT(registry.jaxlib_adopter.get());
     Py_VISIT(registry.iterable_leaf_types.get());
     Py_VISIT(registry.iterable_leaf_warn.get());
+    for (PyObject* old : registry.retired) Py_VISIT(old);
 
+    auto visit_cache = [&](const IndexCache* cache) -> int {
+        if (cache == nullptr) return 0;
+        const Py_ssize_t end = cache->end.load(std::memory_order_relaxed);
+        for (Py_ssize_t i = 0; i < end; ++i) {
+            Py_VISIT(cache->slots[i].load(std::memory_order_relaxed));
+        }
+        return 0;
+    };
     for (const IndexKeys* kind : {&keys.sequence, &keys.flattened_index}) {
         Py_VISIT(kind->cls.get());
         Py_VISIT(kind->block.get());
-        for (PyObject* key : kind->cache) Py_VISIT(key);
+        if (int err = visit_cache(kind->cache.load(std::memory_order_relaxed))) return err;
     }
     for (const NamedKeys* kind : {&keys.dict, &keys.getattr}) {
         Py_VISIT(kind->cls.get());
         Py_VISIT(kind->maker.get());
         Py_VISIT(kind->block.get());
-        Py_VISIT(kind->cache.get());
+        Py_VISIT(kind->cache.load(std::memory_order_relaxed));
+    }
+    for (PyObject* old : keys.retired) Py_VISIT(old);
+    for (const IndexCache* old : keys.retired_caches) {
+        if (int err = visit_cache(old)) return err;
     }
     for (const RefVector* overflow : {&keys_walk.overflow.sequence,
                                       &keys_walk.overflow.flattened_index}) {
@@ -101,34 +122,86 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
 
 void ModuleState::Clear() {
     // Moved out first, released when these locals die at the end: the state is already empty
-    // by then. (Moving a Ref, a RefVector or a map allocates nothing and cannot throw.)
-    auto memo = std::move(registry.memo);
-    registry.memo.clear();
-    registry.memo_by_weakref.clear();
-    registry::ClearMemoSlots();
-    registry.memo_jax_size = -1;
-    Ref on_type_death = std::move(registry.on_type_death);
-    Ref jax_registry = registry.SetJaxRegistry(Ref());
-    Ref jax_flatten_with_keys = std::move(registry.jax_flatten_with_keys);
-    Ref jax_flatten_one_level = std::move(registry.jax_flatten_one_level);
-    Ref jaxlib_adopter = std::move(registry.jaxlib_adopter);
-    Ref iterable_leaf_types = std::move(registry.iterable_leaf_types);
-    Ref iterable_leaf_warn = std::move(registry.iterable_leaf_warn);
+    // by then. (Moving a Ref, a RefVector or a map allocates nothing and cannot throw.) The
+    // moves happen under the table locks, taken in the order registry_state.h writes down, so a
+    // walk still running on another thread (free-threaded builds: the module made garbage while
+    // a daemon thread walks) sees each table whole, before or after; nothing is released under
+    // them. Declared before the locks, so released after them.
+    RegistryState::MemoTable memo;
+    Ref on_type_death, jax_registry, jax_flatten_with_keys, jax_flatten_one_level;
+    Ref jaxlib_adopter, iterable_leaf_types, iterable_leaf_warn;
+    RefVector registry_retired;
+    Ref sequence_cls, sequence_block, flattened_index_cls, flattened_index_block;
+    Ref dict_cls, dict_maker, dict_block, dict_cache, getattr_cls, getattr_maker, getattr_block,
+        getattr_cache;
+    RefVector keys_retired;
+    std::vector<IndexCache*> index_caches;
+    IndexCache* sequence_cache = nullptr;
+    IndexCache* flattened_index_cache = nullptr;
+    KeysOverflow overflow;
+    Ref classify, reporter;
+    std::unordered_map<PyTypeObject*, AuxState::Verdict> verdicts;
+    std::unique_ptr<AuxReports::Pending> pending;
+    Ref to_jax_hook, map_error_hook;
+    {
+        TableLock::Hold registry_hold(registry.lock);
+        TableLock::Hold keys_hold(keys.lock);
+        TableLock::Hold aux_hold(aux.lock);
+        TableLock::Hold hooks_hold(treedef.hooks_lock);
+        memo = std::move(registry.memo);
+        registry.memo.clear();
+        registry.memo_by_weakref.clear();
+        ++registry.memo_drops;
+        registry::ClearMemoSlots();
+        registry.memo_jax_size = -1;
+        on_type_death = std::move(registry.on_type_death);
+        jax_registry = registry.SetJaxRegistry(Ref());
+        jax_flatten_with_keys = std::move(registry.jax_flatten_with_keys);
+        jax_flatten_one_level = std::move(registry.jax_flatten_one_level);
+        registry.jax_flatten_with_keys_now.store(nullptr, std::memory_order_relaxed);
+        registry.jax_flatten_one_level_now.store(nullptr, std::memory_order_relaxed);
+        jaxlib_adopter = std::move(registry.jaxlib_adopter);
+        iterable_leaf_types = std::move(registry.iterable_leaf_types);
+        iterable_leaf_warn = std::move(registry.iterable_leaf_warn);
+        registry_retired.swap(registry.retired);
 
-    IndexKeys sequence = std::move(keys.sequence);
-    IndexKeys flattened_index = std::move(keys.flattened_index);
-    NamedKeys dict = std::move(keys.dict);
-    NamedKeys getattr = std::move(keys.getattr);
-    KeysOverflow overflow = std::move(keys_walk.overflow);
+        sequence_cls = std::move(keys.sequence.cls);
+        sequence_block = std::move(keys.sequence.block);
+        flattened_index_cls = std::move(keys.flattened_index.cls);
+        flattened_index_block = std::move(keys.flattened_index.block);
+        dict_cls = std::move(keys.dict.cls);
+        dict_maker = std::move(keys.dict.maker);
+        dict_block = std::move(keys.dict.block);
+        dict_cache = Ref(keys.dict.cache.exchange(nullptr, std::memory_order_acq_rel));
+        getattr_cls = std::move(keys.getattr.cls);
+        getattr_maker = std::move(keys.getattr.maker);
+        getattr_block = std::move(keys.getattr.block);
+        getattr_cache = Ref(keys.getattr.cache.exchange(nullptr, std::memory_order_acq_rel));
+        keys_retired.swap(keys.retired);
+        index_caches.swap(keys.retired_caches);
+        sequence_cache = keys.sequence.cache.exchange(nullptr, std::memory_order_acq_rel);
+        flattened_index_cache =
+            keys.flattened_index.cache.exchange(nullptr, std::memory_order_acq_rel);
+        // (RefVector swaps: moving one allocates nothing, but it has no move assignment.)
+        overflow.sequence.swap(keys_walk.overflow.sequence);
+        overflow.flattened_index.swap(keys_walk.overflow.flattened_index);
+        overflow.dict = std::move(keys_walk.overflow.dict);
+        overflow.getattr = std::move(keys_walk.overflow.getattr);
 
-    Ref classify = std::move(aux.classify);
-    Ref reporter = std::move(aux.reporter);
-    auto verdicts = std::move(aux.verdicts);
-    aux.verdicts.clear();
-    std::unique_ptr<AuxReports::Pending> pending(std::exchange(reports.pending, nullptr));
+        classify = std::move(aux.classify);
+        reporter = std::move(aux.reporter);
+        aux.checking.store(false, std::memory_order_relaxed);
+        verdicts = std::move(aux.verdicts);
+        aux.verdicts.clear();
+        pending.reset(std::exchange(reports.pending, nullptr));
 
-    Ref to_jax_hook = std::move(treedef.to_jax_hook);
-    Ref map_error_hook = std::move(treedef.map_error_hook);
+        to_jax_hook = std::move(treedef.to_jax_hook);
+        map_error_hook = std::move(treedef.map_error_hook);
+    }
+    // Released here, after the locks: the caches' entries, then every Ref above as it dies.
+    IndexCache::Release(sequence_cache);
+    IndexCache::Release(flattened_index_cache);
+    for (IndexCache* cache : index_caches) IndexCache::Release(cache);
 }
 
 // ---- The state object: fastree._core._module_state.
@@ -159,10 +232,16 @@ void StateDealloc(PyObject* self) {
 }
 
 PyObject* StateRepr(PyObject*) {
-    const ModuleState& s = ModState();
+    ModuleState s = ModState();
+    Py_ssize_t registrations;
+    bool installed;
+    {
+        TableLock::Hold hold(s.registry.lock);  // read under it, formatted after
+        registrations = static_cast<Py_ssize_t>(s.registry.all.size());
+        installed = static_cast<bool>(s.registry.jax_registry);
+    }
     return PyUnicode_FromFormat("<fastree._core module state: %zd registrations, JAX bridge %s>",
-                                static_cast<Py_ssize_t>(s.registry.all.size()),
-                                s.registry.jax_registry ? "installed" : "not installed");
+                                registrations, installed ? "installed" : "not installed");
 }
 
 PyType_Slot kSlots[] = {

@@ -1,8 +1,10 @@
 #include "diagnostics/aux_check.h"
 
 #include <memory>
+#include <unordered_map>
 #include <utility>
 
+#include "util/free_threading.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -11,15 +13,26 @@ namespace aux {
 namespace {
 
 // The hooks, strict mode and verdicts live in the module state (aux_state.h); the pending
-// reports in the calling thread's AuxReports.
+// reports in the calling thread's AuxReports. The state's lock guards the hooks and verdicts
+// (aux_state.h); nothing runs Python code or releases a reference while holding it.
 AuxState& S() { return state::Aux(); }
 AuxReports& R() { return state::Reports(); }
 
-void ClearVerdicts() {
-    // Moved out first, released when `old` dies: releasing a type can run Python code.
-    auto old = std::move(S().verdicts);
-    S().verdicts.clear();
-    ++S().epoch;
+using Verdicts = std::unordered_map<PyTypeObject*, AuxState::Verdict>;
+
+// Under the lock: empties the verdicts into `dropped` (released by the caller after unlocking:
+// releasing a type can run Python code) and moves the epoch on.
+void ClearVerdictsLocked(AuxState& s, Verdicts& dropped) {
+    dropped = std::move(s.verdicts);
+    s.verdicts.clear();
+    s.epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+// A new reference to a hook, read under the lock: a swap releases the old one after unlocking,
+// so the hook read here lives while the caller calls it.
+Ref Held(const Ref& hook) {
+    TableLock::Hold hold(S().lock);
+    return Ref::FromBorrowed(hook.get());
 }
 
 enum class Walk { kPlain, kReport, kError };
@@ -34,17 +47,24 @@ bool IsAtom(PyTypeObject* t) {
 Walk Classify(PyObject* value) {
     PyTypeObject* t = Py_TYPE(value);
     AuxState& s = S();
-    auto it = s.verdicts.find(t);
-    if (it != s.verdicts.end()) return it->second.plain ? Walk::kPlain : Walk::kReport;
-    if (!s.classify) return Walk::kReport;
+    Ref classify;  // the hooks may be replaced while it runs: held for the call
+    {
+        TableLock::Hold hold(s.lock);
+        auto it = s.verdicts.find(t);
+        if (it != s.verdicts.end()) return it->second.plain ? Walk::kPlain : Walk::kReport;
+        classify = Ref::FromBorrowed(s.classify.get());
+    }
+    if (!classify) return Walk::kReport;
     PyObject* args[2] = {reinterpret_cast<PyObject*>(t), value};
-    Ref classify = Ref::FromBorrowed(s.classify.get());  // the hooks may be replaced while it runs
     Ref r(PyObject_Vectorcall(classify.get(), args, 2, nullptr));
     if (!r) return Walk::kError;
     int plain = PyObject_IsTrue(r.get());
     if (plain < 0) return Walk::kError;
-    if (s.verdicts.size() > 1024) ClearVerdicts();
-    // `value` holds `t`, so the verdict's reference is never the last one here.
+    // `value` holds `t`, so the verdict's reference taken under the lock is never the last one.
+    // Another thread may have judged `t` meanwhile: its verdict stays (try_emplace).
+    Verdicts dropped;  // released after the lock
+    TableLock::Hold hold(s.lock);
+    if (s.verdicts.size() > 1024) ClearVerdictsLocked(s, dropped);
     s.verdicts.try_emplace(t, AuxState::Verdict{Ref::FromBorrowed(reinterpret_cast<PyObject*>(t)),
                                                 plain != 0});
     return plain ? Walk::kPlain : Walk::kReport;
@@ -58,14 +78,28 @@ Walk Visit(PyObject* value, int depth, bool* frozen) {
     const bool hashable_container = t == &PyTuple_Type || t == &PyFrozenSet_Type;
     const bool mutable_container = t == &PyList_Type || t == &PyDict_Type || t == &PySet_Type;
     if (mutable_container) *frozen = false;
-    if (mutable_container && S().strict) return Walk::kReport;  // unhashable: strict rejects it
+    // Unhashable: strict rejects it.
+    if (mutable_container && S().strict.load(std::memory_order_relaxed)) return Walk::kReport;
     // The classifier is Python code (fastree's own, judging by type: no user code), and any
     // allocation may run the GC and its finalizers, which may mutate or free what we are
     // walking: hold a reference to every item while it is visited, and re-read a list's size
-    // each step.
-    if (t == &PyTuple_Type || t == &PyList_Type) {
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
-            Ref item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(value, i));
+    // each step. A list's item is taken inside the list's own lock (ListGetItemRef): another
+    // thread may change the list meanwhile (docs/threads.md, borrowed references).
+    if (t == &PyTuple_Type) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); ++i) {
+            Ref item = Ref::FromBorrowed(PyTuple_GET_ITEM(value, i));
+            Walk w = Visit(item.get(), depth + 1, frozen);
+            if (w != Walk::kPlain) return w;
+        }
+        return Walk::kPlain;
+    }
+    if (t == &PyList_Type) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); ++i) {
+            Ref item(ListGetItemRef(value, i));
+            if (!item) {  // shrunk by another thread since the size was read: the walk ends
+                PyErr_Clear();
+                break;
+            }
             Walk w = Visit(item.get(), depth + 1, frozen);
             if (w != Walk::kPlain) return w;
         }
@@ -115,8 +149,9 @@ bool Report(const AuxReports::PendingReport& report) {
         PyTuple_SET_ITEM(kwnames.get(), nkw, name);
         args[3 + nkw++] = report.key_path.get();
     }
-    // The hooks may be replaced (or cleared) while the walk or the reporter runs.
-    Ref reporter = Ref::FromBorrowed(S().reporter.get());
+    // The hooks may be replaced (or cleared) while the walk or the reporter runs: held for the
+    // call, taken under the lock.
+    Ref reporter = Held(S().reporter);
     if (!reporter) return true;
     Ref r(PyObject_Vectorcall(reporter.get(), args, 3, nkw > 0 ? kwnames.get() : nullptr));
     return static_cast<bool>(r);
@@ -147,12 +182,13 @@ bool CheckSlow(PyObject* node_type, PyObject* aux, const Site& site) {
 }
 
 bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
-    const uint64_t epoch = S().epoch;  // before the walk: the classifier may change it
+    // Before the walk: the classifier (or another thread) may move it on.
+    const uint64_t epoch = S().epoch.load(std::memory_order_relaxed);
     bool frozen = true;
     Walk w = Visit(aux, 0, &frozen);
     if (w == Walk::kError) return false;
     if (w == Walk::kPlain) {
-        if (frozen && S().epoch == epoch) *stamp = epoch;
+        if (frozen && S().epoch.load(std::memory_order_relaxed) == epoch) *stamp = epoch;
         return true;
     }
     Ref key_path(site.path != nullptr ? site.path->NewTuple() : nullptr);
@@ -171,16 +207,24 @@ bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_
 
 void SetHooks(PyObject* classify, PyObject* reporter) {
     AuxState& s = S();
-    s.classify = OptionalRef(classify);
-    s.reporter = OptionalRef(reporter);
-    ClearVerdicts();
+    // Swapped under the lock; the replaced hooks and verdicts are released after it (these
+    // locals die after the Hold): a walk on another thread may be calling the old hooks, on its
+    // own reference.
+    Ref old_classify = OptionalRef(classify);
+    Ref old_reporter = OptionalRef(reporter);
+    Verdicts dropped;
+    TableLock::Hold hold(s.lock);
+    std::swap(s.classify, old_classify);
+    std::swap(s.reporter, old_reporter);
+    s.checking.store(static_cast<bool>(s.reporter), std::memory_order_relaxed);
+    ClearVerdictsLocked(s, dropped);
 }
 
 void SetStrict(bool strict) {
-    S().strict = strict;
-    ++S().epoch;
+    S().strict.store(strict, std::memory_order_relaxed);
+    S().epoch.fetch_add(1, std::memory_order_relaxed);
 }
-bool Strict() { return S().strict; }
+bool Strict() { return S().strict.load(std::memory_order_relaxed); }
 
 }  // namespace aux
 }  // namespace fastree

@@ -32,8 +32,8 @@ bool CheckAndStamp(PyObject* node_type, PyObject* aux, const Site& site, uint64_
 
 // Returns false with a Python error set if the reporter raised (strict mode).
 inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
-    // The reporter is null until fastree._aux installs the hooks.
-    if (!state::Aux().reporter || aux == Py_None) return true;
+    // No reporter until fastree._aux installs the hooks (a relaxed load: aux_state.h).
+    if (!state::Aux().checking.load(std::memory_order_relaxed) || aux == Py_None) return true;
     return CheckSlow(node_type, aux, site);
 }
 
@@ -42,8 +42,8 @@ inline bool Check(PyObject* node_type, PyObject* aux, const Site& site) {
 // frozensets and values whose type has a verdict), and while that epoch lasts the walk is
 // skipped. The caller resets *stamp to 0 whenever the object it refers to changes.
 inline bool CheckStamped(PyObject* node_type, PyObject* aux, const Site& site, uint64_t* stamp) {
-    if (!state::Aux().reporter || aux == Py_None) return true;
-    if (*stamp == state::Aux().epoch) return true;
+    if (!state::Aux().checking.load(std::memory_order_relaxed) || aux == Py_None) return true;
+    if (*stamp == state::Aux().epoch.load(std::memory_order_relaxed)) return true;
     return CheckAndStamp(node_type, aux, site, stamp);
 }
 

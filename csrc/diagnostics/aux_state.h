@@ -3,25 +3,36 @@
 // verdicts (AuxState), and the reports waiting for an entry point's end (AuxReports, per thread
 // on every build) (aux_check.cpp). Declared here, by the layer that owns it; AuxState's storage,
 // and the one traversal and the one clear of both, are binding/module_state.cpp's (AuxReports'
-// storage is below). Static storage: `state::Aux().reporter` is one load (aux_check.h's per-node
+// storage is below). Static storage: `state::Aux().checking` is one load (aux_check.h's per-node
 // checks read it).
 #pragma once
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
+#include "util/free_threading.h"
 #include "util/never_destroyed.h"
 #include "util/pyutils.h"
 
 namespace fastree {
 
 struct AuxState {
+    // Guards classify, reporter and verdicts: each hook is swapped under it and read under it
+    // with a new reference (the caller calls it after unlocking: a swap cannot free a hook being
+    // called); the verdicts are read and written under it, the classifier runs unlocked. Third in
+    // the lock order written in registry/registry_state.h (ModuleState::Clear takes all three).
+    TableLock lock;
     Ref classify;  // (type, example) -> bool, "instances are plain data"
     Ref reporter;  // (node_type, aux, root, ...) -> warns or raises; null: no checks
-    bool strict = false;
+    // Whether a reporter is set: the per-node test (aux_check.h, Check) is this relaxed load,
+    // without the lock. A walk that sees it set and then finds the reporter gone checks for
+    // nothing (Report: a null reporter reports nothing).
+    std::atomic<bool> checking{false};
+    std::atomic<bool> strict{false};
     // The classifier's verdict per value type, bounded in size. Holds each type (types seen in
     // aux data are long-lived: enums, classes).
     struct Verdict {
@@ -30,8 +41,9 @@ struct AuxState {
     };
     std::unordered_map<PyTypeObject*, Verdict> verdicts;
     // Bumped whenever a verdict could change (hooks, strict mode, verdicts dropped): a stamp
-    // taken at an earlier epoch no longer vouches for anything (see aux::CheckStamped).
-    uint64_t epoch = 1;
+    // taken at an earlier epoch no longer vouches for anything (see aux::CheckStamped). Relaxed:
+    // a stamp is only ever compared with it.
+    std::atomic<uint64_t> epoch{1};
 };
 
 // Reports found during an entry point's walk, made after it (aux::ReportScope): the reporter

@@ -12,20 +12,26 @@
 
 namespace fastree::nnx_graph {
 
+// Whether every key of the exact dict `dict` is an exact str. Read in the dict's critical
+// section: another thread's change frees no key being looked at.
+static bool AllKeysExactStr(PyObject* dict) {
+    bool all_str = true;
+    FASTREE_BEGIN_CRITICAL_SECTION(dict);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (all_str && PyDict_Next(dict, &pos, &key, &value)) all_str = PyUnicode_CheckExact(key);
+    FASTREE_END_CRITICAL_SECTION();
+    return all_str;
+}
+
 // Pytree._graph_node_flatten: sorted(vars(self).items()), wrapped by _pytree__nodes.
 Step PytreeChildren(PyObject* node, PyObject* flags_type, std::vector<Child>* children) {
     const Names* n = GetNames();
     Ref dict(PyObject_GetAttr(node, n->dict));
     if (!dict) return kFailed;
     if (!PyDict_CheckExact(dict.get())) return kNotServed;
-    {
-        // Served for exact str names only: known before any Python code runs.
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(dict.get(), &pos, &key, &value)) {
-            if (!PyUnicode_CheckExact(key)) return kNotServed;
-        }
-    }
+    // Served for exact str names only: known before any Python code runs.
+    if (!AllKeysExactStr(dict.get())) return kNotServed;
     Ref is_pytree_flag(PyObject_GetAttr(node, n->is_pytree));
     if (!is_pytree_flag) return kFailed;
     const int is_pytree = PyObject_IsTrue(is_pytree_flag.get());
@@ -61,9 +67,9 @@ Step PytreeChildren(PyObject* node, PyObject* flags_type, std::vector<Child>* ch
         if (!PyUnicode_CheckExact(child.key.get())) return kNotServed;  // put in meanwhile
         if (is_pytree) {
             // `name in pytree_nodes and pytree_nodes[name]`
-            Ref flag = Ref::FromBorrowed(
-                PyDict_GetItemWithError(data_flags.get(), child.key.get()));
-            if (!flag && PyErr_Occurred()) return kFailed;
+            PyObject* found;  // a new reference: another thread may replace the entry
+            if (DictGetItemRef(data_flags.get(), child.key.get(), &found) < 0) return kFailed;
+            Ref flag(found);
             child.is_data = flag ? PyObject_IsTrue(flag.get()) : 0;
             if (child.is_data < 0) return kFailed;
         }
@@ -89,19 +95,39 @@ Step BuiltinChildren(PyObject* node, int kind, std::vector<Child>* children) {
             // Re-read each time: making the index below can run the GC (rule 2).
             Ref index(PyLong_FromSsize_t(i));
             if (!index) return kFailed;
-            if (i >= PySequence_Fast_GET_SIZE(node)) break;
-            children->push_back(
-                {std::move(index), Ref::FromBorrowed(PySequence_Fast_GET_ITEM(node, i)), -1});
+            // A list's item taken with a reference (ListItemRef: another thread may resize
+            // the list or replace the item); a tuple's is immutable.
+            Ref item;
+            if (PyList_Check(node)) {
+                item = Ref(ListItemRef(node, i));
+                if (!item) break;
+            } else {
+                if (i >= PySequence_Fast_GET_SIZE(node)) break;
+                item = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(node, i));
+            }
+            children->push_back({std::move(index), std::move(item), -1});
         }
         return kServed;
     }
-    // dict: sorted(x.items()), served for exact str keys (compared by code point) only.
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(node, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key)) return kNotServed;
-        children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
+    // dict: sorted(x.items()), served for exact str keys (compared by code point) only. Read in
+    // its critical section (another thread may change it), into room made before it.
+    bool served = true;
+    for (;;) {
+        children->reserve(children->size() + static_cast<size_t>(PyDict_GET_SIZE(node)));
+        const size_t begin = children->size();
+        bool fit;
+        FASTREE_BEGIN_CRITICAL_SECTION(node);
+        fit = begin + static_cast<size_t>(PyDict_GET_SIZE(node)) <= children->capacity();
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (fit && served && PyDict_Next(node, &pos, &key, &value)) {
+            served = PyUnicode_CheckExact(key);
+            if (served) children->push_back({Ref::FromBorrowed(key), Ref::FromBorrowed(value), -1});
+        }
+        FASTREE_END_CRITICAL_SECTION();
+        if (fit) break;  // else grown meanwhile (free-threaded only): make more room
     }
+    if (!served) return kNotServed;
     std::sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
         return PyUnicode_Compare(a.key.get(), b.key.get()) < 0;
     });

@@ -76,13 +76,13 @@ class Walk {
     Ref Lookup(PyObject* map, PyObject* obj) {
         Ref id(PyLong_FromVoidPtr(obj));
         if (!id) return Ref();
-        PyObject* hit = PyDict_GetItemWithError(map, id.get());
-        if (hit == nullptr) return Ref();
-        if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) {
+        Ref hit = DictItemRef(map, id.get());  // owned: another thread may change the map
+        if (!hit) return Ref();
+        if (!PyTuple_Check(hit.get()) || PyTuple_GET_SIZE(hit.get()) != 2) {
             PyErr_SetString(PyExc_SystemError, "nnx graph: a RefMap entry is not (object, index)");
             return Ref();
         }
-        return Ref::FromBorrowed(PyTuple_GET_ITEM(hit, 1));
+        return Ref::FromBorrowed(PyTuple_GET_ITEM(hit.get(), 1));
     }
 
     Ref FindRef(PyObject* obj) {
@@ -230,7 +230,12 @@ class Walk {
         if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values)) return kNotServed;
         Ref held = Ref::FromBorrowed(values);
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(values); ++i) {
-            Ref pair = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(values, i));
+            // A list's item with a reference taken by the read (ListItemRef): another thread
+            // may change the list; a tuple's is immutable.
+            Ref pair = PyList_CheckExact(values)
+                           ? Ref(ListItemRef(values, i))
+                           : Ref::FromBorrowed(PySequence_Fast_GET_ITEM(values, i));
+            if (!pair) break;  // a list that shrank meanwhile: its end
             if (!PyTuple_CheckExact(pair.get()) || PyTuple_GET_SIZE(pair.get()) != 2) {
                 return kNotServed;
             }
@@ -264,7 +269,7 @@ class Walk {
         Ref aux(PyTuple_Pack(2, initializing.get(), is_setup.get()));
         if (!aux) return kFailed;
         PyObject* cache = ctx_[kStateTreedefs];
-        Ref cached = Ref::FromBorrowed(PyDict_GetItemWithError(cache, aux.get()));
+        Ref cached = DictItemRef(cache, aux.get());  // owned: the table is shared
         if (!cached) {
             if (PyErr_Occurred()) return kFailed;
             Step got = CalledChildren(node, PyTuple_GET_ITEM(entry, 1), children, metadata);

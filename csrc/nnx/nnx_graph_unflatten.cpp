@@ -40,19 +40,25 @@ class Walk {
 
     // The first look: every record, attribute and leaf of a kind this walk serves.
     Step Check() {
+        // The GraphDef's lists are flax's: each item read with a reference taken by the read
+        // (ListItemRef), a list another thread shortened meanwhile ending the loop.
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes_.get()); ++i) {
-            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes_.get(), i));
+            Ref record(ListItemRef(nodes_.get(), i));
+            if (!record) break;
             const Step step = Served(record.get());
             if (step != kServed) return step;
             PushOwned(judged_, record.release());
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attributes_.get()); ++i) {
-            // Nothing runs between reading the pair and its value's type.
-            PyObject* attr = PairValue(PyList_GET_ITEM(attributes_.get(), i));
+            // Nothing runs between reading the pair and its value's type; the pair is held.
+            Ref pair(ListItemRef(attributes_.get(), i));
+            if (!pair) break;
+            PyObject* attr = PairValue(pair.get());
             if (attr == nullptr || !KnownAttr(Py_TYPE(attr))) return kNotServed;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaves_.get()); ++i) {
-            Ref leaf = Ref::FromBorrowed(PyList_GET_ITEM(leaves_.get(), i));
+            Ref leaf(ListItemRef(leaves_.get(), i));
+            if (!leaf) break;
             Ref entry = vars_.LeafEntry(Py_TYPE(leaf.get()));
             if (!entry) return kFailed;
             if (KindOf(entry.get()) == kUnserved) return kNotServed;
@@ -120,8 +126,9 @@ class Walk {
             return static_cast<Py_ssize_t>(open.size()) > kMaxNativeDepth ? kNotServed : kServed;
         };
         PyObject* nodes = nodes_.get();
-        if (PyList_GET_SIZE(nodes) == 0) return kServed;
-        Step step = take(Ref::FromBorrowed(PyList_GET_ITEM(nodes, next_node++)).get());
+        Ref first(ListItemRef(nodes, next_node++));
+        if (!first) return kServed;  // empty
+        Step step = take(first.get());
         while (step == kServed && !open.empty()) {
             if (open.back() <= 0) {
                 open.pop_back();
@@ -130,11 +137,12 @@ class Walk {
             --open.back();
             if (next_attribute >= PyList_GET_SIZE(attributes_.get())) break;
             // Judged again: `take` reads attributes, and the leaves' classifier ran before.
-            PyObject* attr = PairValue(PyList_GET_ITEM(attributes_.get(), next_attribute++));
+            Ref pair(ListItemRef(attributes_.get(), next_attribute++));
+            PyObject* attr = pair ? PairValue(pair.get()) : nullptr;  // borrowed from `pair`
             if (attr == nullptr) return kNotServed;
             if (Py_TYPE(attr) != Cls(kUNodeAttr)) continue;
-            if (next_node >= PyList_GET_SIZE(nodes)) break;
-            Ref record = Ref::FromBorrowed(PyList_GET_ITEM(nodes, next_node++));
+            Ref record(ListItemRef(nodes, next_node++));
+            if (!record) break;
             step = take(record.get());
         }
         return step;
@@ -160,11 +168,13 @@ class Walk {
 
     // next(iterator) over one of the lists; StopIteration at the end, as flax's next() raises.
     static Ref Next(Py_ssize_t* position, PyObject* list) {
-        if (*position >= PyList_GET_SIZE(list)) {
+        Ref item(ListItemRef(list, *position));  // another thread may change the list
+        if (!item) {
             PyErr_SetNone(PyExc_StopIteration);
             return Ref();
         }
-        return Ref::FromBorrowed(PyList_GET_ITEM(list, (*position)++));
+        ++*position;
+        return item;
     }
 
     // `mapping[key]` for an index map (a dict, or a dict subclass: KeyError as flax gets it).
@@ -444,7 +454,7 @@ class Walk {
         Ref id(PyLong_FromVoidPtr(treedef));
         if (!id) return Ref();
         Ref aux;
-        Ref known = Ref::FromBorrowed(PyDict_GetItemWithError(ctx_[kStateAuxes], id.get()));
+        Ref known = DictItemRef(ctx_[kStateAuxes], id.get());  // owned: the table is shared
         if (known && PyTuple_CheckExact(known.get()) && PyTuple_GET_SIZE(known.get()) == 2 &&
             PyTuple_GET_ITEM(known.get(), 0) == treedef) {
             aux = Ref::FromBorrowed(PyTuple_GET_ITEM(known.get(), 1));

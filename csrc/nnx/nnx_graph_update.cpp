@@ -115,7 +115,7 @@ class Walk {
 
     // One (key, value) of the state, against the node's child under `key`.
     bool Key(PyObject* node, PyObject* node_dict, PyObject* key, const StateView& value) {
-        Ref current = Ref::FromBorrowed(PyDict_GetItemWithError(node_dict, key));
+        Ref current = DictItemRef(node_dict, key);  // owned by the lookup itself
         if (!current) return PyErr_Occurred() ? false : FlaxKey(node, key, value);
         Ref entry = vars_.LeafEntry(Py_TYPE(current.get()));
         if (!entry) return false;

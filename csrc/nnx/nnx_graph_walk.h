@@ -65,9 +65,11 @@ inline Ref KindEntry(PyObject* table, PyObject* classify, PyObject* key) {
     if (PyType_Check(key)) {
         Ref weak_key(PyWeakref_NewRef(key, nullptr));
         if (!weak_key) return Ref();
-        // A new reference at once: the table is a dict the classifier (Python) writes to.
-        stamped = Ref::FromBorrowed(PyDict_GetItemWithError(table, weak_key.get()));
-        if (!stamped && PyErr_Occurred()) return Ref();
+        // A new reference from the lookup itself: the table is a dict the classifier (Python)
+        // writes to, on any thread.
+        PyObject* found;
+        if (DictGetItemRef(table, weak_key.get(), &found) < 0) return Ref();
+        stamped = Ref(found);
     }
     if (stamped) {
         if (!PyTuple_CheckExact(stamped.get()) || PyTuple_GET_SIZE(stamped.get()) != 2 ||
@@ -106,12 +108,20 @@ inline int KindOf(PyObject* entry) {
 // exact 2-tuple or 2-list at once, anything else through iter(); the TypeError and ValueErrors
 // CPython raises. Both outputs owned. False with an error set.
 inline bool UnpackPair(PyObject* obj, Ref* first, Ref* second) {
-    if ((PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 2) ||
-        (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) == 2)) {
-        // Both taken before anything else runs (no call in between).
-        *first = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 0));
-        *second = Ref::FromBorrowed(PySequence_Fast_GET_ITEM(obj, 1));
+    if (PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 2) {
+        *first = Ref::FromBorrowed(PyTuple_GET_ITEM(obj, 0));
+        *second = Ref::FromBorrowed(PyTuple_GET_ITEM(obj, 1));
         return true;
+    }
+    if (PyList_CheckExact(obj)) {
+        // Both taken in one step (CopyItemsIfSize: the list's critical section on free-threaded
+        // builds, where another thread may change it).
+        PyObject* pair[2];
+        if (CopyItemsIfSize(obj, 2, pair)) {
+            *first = Ref(pair[0]);
+            *second = Ref(pair[1]);
+            return true;
+        }
     }
     Ref it(PyObject_GetIter(obj));
     if (!it) {
@@ -160,21 +170,41 @@ class LiveItems {
         : dict_(Ref::FromBorrowed(dict)), used_(PyDict_GET_SIZE(dict)), left_(used_) {}
 
     // 1 with both set (owned), 0 at the end, -1 with the RuntimeError set.
+    // Each step reads the size and the next entry, and takes its references, in the dict's
+    // critical section (a bare block under the GIL): another thread may change the dict between
+    // steps, as the walk's own Python code may, and is seen the same way; the errors are set
+    // after the section.
     int Next(Ref* key, Ref* value) {
+        int got;
+        PyObject* k = nullptr;
+        PyObject* v = nullptr;
+        FASTREE_BEGIN_CRITICAL_SECTION(dict_.get());
         if (used_ != PyDict_GET_SIZE(dict_.get())) {
+            got = -1;
+        } else if (!PyDict_Next(dict_.get(), &pos_, &k, &v)) {
+            got = 0;
+        } else if (left_ == 0) {
+            got = -2;
+        } else {
+            --left_;
+            Py_INCREF(k);
+            Py_INCREF(v);
+            got = 1;
+        }
+        FASTREE_END_CRITICAL_SECTION();
+        if (got == -1) {
             PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
             return -1;
         }
-        PyObject *k, *v;
-        if (!PyDict_Next(dict_.get(), &pos_, &k, &v)) return 0;
-        if (left_ == 0) {
+        if (got == -2) {
             PyErr_SetString(PyExc_RuntimeError, "dictionary keys changed during iteration");
             return -1;
         }
-        --left_;
-        *key = Ref::FromBorrowed(k);
-        *value = Ref::FromBorrowed(v);
-        return 1;
+        if (got == 1) {
+            *key = Ref(k);
+            *value = Ref(v);
+        }
+        return got;
     }
 
  private:

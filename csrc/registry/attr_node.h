@@ -48,6 +48,7 @@
 
 #include <cstdint>
 
+#include "util/free_threading.h"
 #include "util/pyutils.h"
 
 namespace fastree {
@@ -68,6 +69,10 @@ struct AttrNode {
     PyObject* keys;          // tuple of GetAttrKey, one per data field
     PyObject* regular_aux;   // the aux of an instance holding exactly its fields, when it has
                              // no meta fields ((missing,) or ()): shared, made once
+    // last_aux, aux_stamp and meta_kept are shared by every thread reading instances of the
+    // class: each is read and written only inside the node's critical section (attr_read.cpp's
+    // Aux, KeptMetaItems, KeepMetaItems; kinds_read.h's stamped check, StampIfShared), where no
+    // Python code runs; a replaced tuple is released after the section.
     PyObject* last_aux;      // the last aux tuple made for a regular instance, or null: handed
                              // out again while the values read are the very same objects (a
                              // model's layers share their static values; an aux tuple per node
@@ -105,10 +110,16 @@ struct AttrNode {
     bool post_init;     // a rebuild ends with obj.__post_init__() when the class has one
     bool delegate_irregular;  // instances holding other than the fields: the library answers
     // Checking against the library (null / 0 / false for a node registered directly).
+    // The four functions are replaced by check_with, in the node's critical section, and read
+    // with a reference taken in it (NodeFunction): a borrowed one could be freed by another
+    // thread's check_with while it is called. Null tests alone read them directly.
     PyObject* checker;                    // checker(obj) -> bool
     PyObject* library_flatten;            // the library's own functions
     PyObject* library_flatten_with_keys;
     PyObject* library_unflatten;
+    // Read and written from any thread with relaxed atomics (Counter, TakeCheck, UsesLibrary,
+    // SetUseLibrary below): a lost decrement would only run an extra check, but a plain field
+    // read while another thread writes it is a C++ data race on a free-threaded build.
     int checks_left;            // instances still to check
     int irregular_checks_left;  // of those whose __dict__ holds other than the fields
     bool use_library;           // a check failed: the library's functions answer
@@ -118,6 +129,51 @@ struct AttrNode {
                                      // own) under which an instance still reads natively
     PyObject* weakrefs;
 };
+
+// ---- the per-node state other threads share (docs/threads.md, A4-A6)
+
+// node->*field (one of the checker and library functions) as a new reference, or null: taken in
+// the node's critical section, where check_with replaces them.
+inline Ref NodeFunction(AttrNode* node, PyObject* AttrNode::*field) {
+    PyObject* fn;
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+    fn = Py_XNewRef(node->*field);
+    FASTREE_END_CRITICAL_SECTION();
+    return Ref(fn);
+}
+
+// Records `stamp` (aux::CheckStamped's) as the node's, if `aux` (held by the caller) is still
+// the node's shared aux tuple: a stamp made for a tuple another thread has since replaced must
+// not vouch for its replacement.
+inline void StampIfShared(AttrNode* node, PyObject* aux, uint64_t stamp) {
+    FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+    if (aux == node->last_aux || aux == node->regular_aux) node->aux_stamp = stamp;
+    FASTREE_END_CRITICAL_SECTION();
+}
+
+// The counters and the switch, as relaxed atomics on the plain fields (A5): one load or store
+// each, the same instructions as a plain access on x86 and ARM.
+inline int Counter(const int& counter) { return __atomic_load_n(&counter, __ATOMIC_RELAXED); }
+inline void SetCounter(int& counter, int value) {
+    __atomic_store_n(&counter, value, __ATOMIC_RELAXED);
+}
+// Takes one check from `counter` if any is left: never below zero, whatever other threads take.
+inline bool TakeCheck(int& counter) {
+    int left = Counter(counter);
+    while (left > 0) {
+        if (__atomic_compare_exchange_n(&counter, &left, left - 1, /*weak=*/true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            return true;
+        }
+    }
+    return false;
+}
+inline bool UsesLibrary(const AttrNode* node) {
+    return __atomic_load_n(&node->use_library, __ATOMIC_RELAXED);
+}
+inline void SetUseLibrary(AttrNode* node, bool on) {
+    __atomic_store_n(&node->use_library, on, __ATOMIC_RELAXED);
+}
 
 // Creates the AttrNode type; null with an error set. Called once, at module init.
 PyTypeObject* CreateType();

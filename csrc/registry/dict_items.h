@@ -4,9 +4,11 @@
 
 #include <Python.h>
 
+#include <new>
 #include <utility>
 
 #include "registry/key_sort.h"
+#include "util/free_threading.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"
 
@@ -81,12 +83,12 @@ inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
 // new value owned before the old one is released.
 inline bool ReadValueAgain(PyObject* dict, Item& item) {
     Ref key = Ref::FromBorrowed(item.key);
-    PyObject* found = PyDict_GetItemWithError(dict, key.get());  // borrowed: taken at once
-    if (found == nullptr) {
+    PyObject* found;  // a new reference: another thread may replace the entry at once
+    if (DictGetItemRef(dict, key.get(), &found) <= 0) {
         if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key.get());
         return false;
     }
-    Ref value = Ref::FromBorrowed(found);
+    Ref value(found);
     Ref old(item.value);  // released at the end, after the swap
     item.value = value.release();
     return true;
@@ -121,34 +123,83 @@ inline bool SortItemsByPython(PyObject* dict, Items& items, bool wrap_error, boo
     return true;
 }
 
-// A dict's (key, value) pairs, borrowed, in sorted-key order where the keys sort in C (str or
-// int keys: SortTotalOrderKeys); otherwise in the dict's order, for the caller to sort in Python.
-// False, with an error set and `items` left empty, if the gathering failed.
+// Whether GatherItems hands out owned pairs. Under the GIL it leaves them borrowed: nothing it
+// does runs Python code, and tree_leaves' dicts of plain leaves (kinds_read.h) then never touch
+// the keys' reference counts. On a free-threaded build another thread can change the dict at any
+// moment, so the pairs are INCREFed inside the dict's critical section, before leaving it.
+#ifdef Py_GIL_DISABLED
+inline constexpr bool kGatheredOwned = true;
+#else
+inline constexpr bool kGatheredOwned = false;
+#endif
+
+// Empties `items` after a failure between the gathering and OwnGatheredItems: releases the
+// pairs where the gathering owned them, else only forgets them.
+inline void DropGathered(Items& items) {
+    if constexpr (kGatheredOwned) {
+        items.Release(0);
+    } else {
+        items.Forget();
+    }
+}
+
+// A dict's (key, value) pairs, in sorted-key order where the keys sort in C (str or int keys:
+// SortTotalOrderKeys); otherwise in the dict's order, for the caller to sort in Python. Borrowed
+// under the GIL, owned on a free-threaded build (kGatheredOwned). False, with an error set and
+// `items` left empty, if the gathering failed.
 //
 // Borrowed: PyDict_Next, the C comparisons of SortTotalOrderKeys and C++ allocation run no
 // Python code (C++ allocation cannot start the cyclic GC). The caller owns or drops the pairs
-// before anything that can (OwnGatheredItems, or Forget where it handed the values on itself).
-// Every value's cache miss is requested up front, so they overlap. Should anything throw, the
-// entries are nulled first, since nothing has been taken yet.
-// Sized once (it may throw while still empty), then written in place: per-item push_back was a
-// measurable share of flattening parameter dicts. PyDict_Next yields exactly PyDict_GET_SIZE
-// entries, since nothing here can change the dict; the bound is belt and braces.
-inline bool GatherBorrowedItems(PyObject* dict, Items& items, bool* sorted) {
-    PyObject* key;
-    PyObject* value;
-    Py_ssize_t pos = 0;
+// before anything that can (OwnGatheredItems, or DropGathered where it handed the values on
+// itself). Every value's cache miss is requested up front, so they overlap.
+// Sized once, then written in place: per-item push_back was a measurable share of flattening
+// parameter dicts. The size and the entries are read inside the dict's critical section (a bare
+// block on GIL builds), so the pairs are one snapshot of the dict even while another thread
+// changes it; PyDict_Next then yields exactly PyDict_GET_SIZE entries, the bound is belt and
+// braces. The buffer is sized inside the section too (C++ allocation blocks on no Python lock);
+// what it throws (std::bad_alloc) is caught there and rethrown after the section ends, which an
+// exception leaving the block would skip. The sort runs after the section: on owned pairs there.
+inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
+    bool no_memory = false;
+    bool complete = true;
+    FASTREE_BEGIN_CRITICAL_SECTION(dict);
     const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
-    items.ResizeForOverwrite(n);
-    Item* const first = items.begin();
-    size_t count = 0;
-    while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
-        PrefetchForWrite(value);
-        first[count].key = key;
-        first[count].value = value;
-        ++count;
+    try {
+        items.ResizeForOverwrite(n);
+    } catch (...) {
+        no_memory = true;
     }
-    if (count != n) {  // cannot happen; never sort or release unset entries
-        items.Forget();
+    if (!no_memory) {
+        PyObject* key;
+        PyObject* value;
+        Py_ssize_t pos = 0;
+        Item* const first = items.begin();
+        size_t count = 0;
+        while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
+            PrefetchForWrite(value);
+            if constexpr (kGatheredOwned) {
+                Py_INCREF(key);
+                Py_INCREF(value);
+            }
+            first[count].key = key;
+            first[count].value = value;
+            ++count;
+        }
+        complete = count == n;
+        if (!complete) {  // cannot happen; never sort or release unset entries
+            if constexpr (kGatheredOwned) {
+                for (size_t i = 0; i < count; ++i) {
+                    // Kept alive by the dict, which is locked: these DECREFs free nothing.
+                    Py_DECREF(first[i].key);
+                    Py_DECREF(first[i].value);
+                }
+            }
+            items.Forget();
+        }
+    }
+    FASTREE_END_CRITICAL_SECTION();
+    if (no_memory) throw std::bad_alloc();
+    if (!complete) {
         PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
         return false;
     }
@@ -156,21 +207,23 @@ inline bool GatherBorrowedItems(PyObject* dict, Items& items, bool* sorted) {
         auto key_of = [](const Item& item) { return item.key; };
         *sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {
-        items.Forget();
+        DropGathered(items);
         throw;
     }
     return true;
 }
 
-// Takes a reference to every pair GatherBorrowedItems left borrowed, then, where the keys did
-// not sort in C (`sorted` false), sorts them as JAX does (SortItemsByPython: `wrap_error`,
-// `read_again`); the pairs are owned first, since that sort runs Python code. On failure `items`
-// is left empty.
+// Takes a reference to every pair GatherItems left borrowed (none on a free-threaded build:
+// they are owned already), then, where the keys did not sort in C (`sorted` false), sorts them
+// as JAX does (SortItemsByPython: `wrap_error`, `read_again`); the pairs are owned first, since
+// that sort runs Python code. On failure `items` is left empty.
 inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wrap_error,
                              bool read_again) {
-    for (Item& item : items) {
-        Py_INCREF(item.key);
-        Py_INCREF(item.value);
+    if constexpr (!kGatheredOwned) {
+        for (Item& item : items) {
+            Py_INCREF(item.key);
+            Py_INCREF(item.value);
+        }
     }
     if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
         ReleaseItems(items, 0);
@@ -184,7 +237,7 @@ inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wra
 inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
                             bool read_again = true) {
     bool sorted;
-    return GatherBorrowedItems(dict, items, &sorted) &&
+    return GatherItems(dict, items, &sorted) &&
            OwnGatheredItems(dict, items, sorted, wrap_error, read_again);
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "util/pyutils.h"
 #include "util/thread_state.h"
 
 namespace fastree {
@@ -155,17 +156,24 @@ inline void ClearMemoSlots() {
 }
 // Empties the slot holding `dead`, a memoised type being freed (a new type may take its address):
 // on free-threaded builds any thread's slot may hold it, so every slot.
-inline void ForgetMemoSlot(PyTypeObject* dead) {
+inline void ForgetMemoSlot([[maybe_unused]] PyTypeObject* dead) {
 #ifdef Py_GIL_DISABLED
     ClearMemoSlots();
 #else
     if (MemoSlot(dead).type == dead) MemoSlot(dead) = Memo{};
 #endif
 }
-extern PyObject* g_jax_registry;  // borrowed from the bridge's owned copy: JAX's `_registry` dict
+// Borrowed from the bridge's owned copy: JAX's `_registry` dict, read per leaf without a lock.
+// An atomic (a relaxed load is a plain one) because a re-install writes it while walks read it;
+// what it pointed at is then kept alive (registry_state.h, RegistryState::retired). The dict was
+// made and published by JAX's import long before it is installed here, so relaxed is enough.
+extern std::atomic<PyObject*> g_jax_registry;  // binding/module_state.cpp
 
+// JAX only adds to its registry: a size read is the "may a type have become a node" check.
+// PyDict_GET_SIZE is an atomic load of the size on free-threaded builds.
 inline Py_ssize_t JaxRegistrySize() {
-    return g_jax_registry ? PyDict_GET_SIZE(g_jax_registry) : 0;
+    PyObject* dict = g_jax_registry.load(std::memory_order_relaxed);
+    return dict ? PyDict_GET_SIZE(dict) : 0;
 }
 
 const Registration* ClassifySlow(PyTypeObject* type);
@@ -234,8 +242,21 @@ bool WarnIterableLeaf(PyObject* leaf);
 [[gnu::always_inline]] inline bool CheckLeaf(const Registration* reg, PyObject* leaf) {
     return reg != &kIterableLeaf || WarnIterableLeaf(leaf);
 }
-PyObject* JaxFlattenWithKeys();  // borrowed; may be null
-PyObject* JaxFlattenOneLevel();  // borrowed; may be null
+// Borrowed; may be null. Valid while the module lives: a re-install keeps the replaced one alive
+// on free-threaded builds (RegistryState::retired); under the GIL the caller holds it across any
+// Python code it runs, as before.
+PyObject* JaxFlattenWithKeys();
+PyObject* JaxFlattenOneLevel();
+
+// Module init, before any walk: makes what is set once and read without a lock (the weakref
+// callback of the per-type memo, docs/threads.md R7). False with an error set.
+bool Init();
+
+// Keeps `old`, an object an install just replaced, alive for the process on free-threaded
+// builds, where a walk on another thread may still be reading it through a borrowed pointer (the
+// bridge's hooks, binding/module.cpp). Under the GIL it is released here, as before: no walk
+// holds a borrowed pointer across another thread's install there.
+void KeepForProcess(Ref old);
 
 }  // namespace registry
 }  // namespace fastree

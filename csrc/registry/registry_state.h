@@ -13,20 +13,40 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "registry/registry.h"
+#include "util/free_threading.h"
 #include "util/never_destroyed.h"
 #include "util/pyutils.h"
 #include "util/thread_state.h"
 
 namespace fastree {
 
+// The locks of the module state's tables (util/free_threading.h, TableLock: a PyMutex on
+// free-threaded builds, nothing under the GIL). Their order, the one place it matters being
+// ModuleState::Clear (binding/module_state.cpp), the only code that holds more than one:
+//   1. RegistryState::lock   2. KeysState::lock   3. AuxState::lock (diagnostics/aux_state.h)
+//   4. TreeDefState::hooks_lock (treedef/treedef_state.h)
+// Everything else holds one at a time, runs no Python code while holding it, allocates no Python
+// object and releases no reference under it (free_threading.h's rule): a thread holding one
+// never waits for another lock, so no order between them and the objects' own critical
+// sections arises.
+
 struct RegistryState {
-    // Every Registration ever created, kept for the process (treedef nodes point here).
+    // Guards every field below but the mirrored ones' readers (g_jax_registry and the two
+    // flatten_one_level mirrors, atomics) and `all`'s records once published (immutable).
+    // Never held across Resolve's Python calls (JAX's registry lookup, the jaxlib adopter): those
+    // run unlocked, and what they found is inserted under it after a re-check.
+    TableLock lock;
+    // Every Registration ever created, kept for the process (treedef nodes point here). A record
+    // enters it whole: every field filled first, then published here and in `registered` in one
+    // locked step (a walk on another thread reads a record through `registered` or the memo
+    // without the lock).
     std::vector<std::unique_ptr<Registration>> all;
     // Types registered through fastree (plus collections.OrderedDict / defaultdict) or adopted
     // from JAX. Permanent, like the records it points at; holds no references of its own.
@@ -38,50 +58,106 @@ struct RegistryState {
         const Registration* reg;
         Ref weakref;  // null for types that cannot be weakly referenced
     };
-    std::unordered_map<PyTypeObject*, MemoEntry> memo;
+    using MemoTable = std::unordered_map<PyTypeObject*, MemoEntry>;
+    MemoTable memo;
     std::unordered_map<PyObject*, PyTypeObject*> memo_by_weakref;  // for the death callback
-    Ref on_type_death;             // the weakref callback (a builtin function)
+    // Times the memo was dropped: a classification that ran Python code (Resolve) while a drop
+    // happened memoises nothing, its answer may predate the registration that caused the drop.
+    uint64_t memo_drops = 0;
+    // The weakref callback (a builtin function), made once at module init (registry::Init):
+    // read without the lock by every memo miss, never replaced.
+    Ref on_type_death;
     Py_ssize_t memo_jax_size = -1;  // size of JAX's registry when the memo was last dropped
-    Ref jax_registry;               // JAX's `_registry` dict; mirrored by g_jax_registry
-    Ref jax_flatten_with_keys;      // JAX registry's flatten_one_level_with_keys
-    Ref jax_flatten_one_level;      // JAX registry's flatten_one_level
-    Ref jaxlib_adopter;             // type -> (flatten, unflatten) | None
+    // JAX's `_registry` dict and its registry's flatten_one_level(_with_keys): owners, written
+    // under the lock by InstallJax; walks read the mirrors (g_jax_registry, the two below), without
+    // the lock and borrowed. So on free-threaded builds a re-install keeps what it replaces alive
+    // for the process (`retired`); under the GIL a walk never holds one across another thread's
+    // re-install, and the replaced objects are released as before.
+    Ref jax_registry;
+    Ref jax_flatten_with_keys;
+    Ref jax_flatten_one_level;
+    std::atomic<PyObject*> jax_flatten_with_keys_now{nullptr};  // mirrors: borrowed
+    std::atomic<PyObject*> jax_flatten_one_level_now{nullptr};
+    // Read under the lock, with a new reference, and called after unlocking: a replacement
+    // releases the old one at once, on every build.
+    Ref jaxlib_adopter;  // type -> (flatten, unflatten) | None
     // The leaf types the installed JAX warns about (jaxlib 0.10.1+: iterators, dict_values, ...):
     // a tuple of types, or null where JAX does not warn; and warn(leaf), which issues the warning.
+    // Read as jaxlib_adopter is.
     Ref iterable_leaf_types;
     Ref iterable_leaf_warn;
+    // What re-installs replaced while walks may read it borrowed, kept for the process (free-
+    // threaded builds only; registry::KeepForProcess): JAX's registry and flatten functions (the
+    // bridge's two treedef hooks are read under a lock instead: treedef/treedef_state.h).
+    // Owned; visited.
+    RefVector retired;
 
     // Installs `dict` (JAX's registry, or null) with its mirror, and hands back the previous
-    // one for the caller to release once every other field is in place: releasing it runs
-    // finalizers (its entries'), which may flatten and so read g_jax_registry.
+    // one for the caller to release once every other field is in place (and the lock released):
+    // releasing it runs finalizers (its entries'), which may flatten and so read g_jax_registry.
+    // Under the lock, or with the world to itself (Clear).
     [[nodiscard]] Ref SetJaxRegistry(Ref dict) {
         Ref old = std::move(jax_registry);
         jax_registry = std::move(dict);
-        registry::g_jax_registry = jax_registry.get();
+        registry::g_jax_registry.store(jax_registry.get(), std::memory_order_relaxed);
         return old;
     }
 };
 
+// SequenceKey/FlattenedIndexKey entries cached by index (keys.cpp): below this index, for the
+// process; past it, per walk (KeysOverflow).
+inline constexpr Py_ssize_t kIndexCacheSize = Py_ssize_t{1} << 17;
+
+// One kind of index key's cache: a fixed array, never resized, so a reader's slot is never moved
+// or freed under it (a growable vector was: docs/threads.md, R12). A slot is null or owns one
+// entry; it is filled once, by compare-exchange (keys.cpp, StoreIndexKeys), and read with an
+// acquire load and an INCREF, without a lock. Made zeroed by calloc (an untouched page costs no
+// memory), released by IndexCache::Release.
+struct IndexCache {
+    // One past the highest slot ever filled (raised after the slots it covers are): the GC's
+    // traversal and the release visit [0, end) only, not 2**17 slots per collection.
+    std::atomic<Py_ssize_t> end;
+    std::atomic<PyObject*> slots[kIndexCacheSize];
+
+    static IndexCache* New();                // null on failure (no error set)
+    static void Release(IndexCache* cache);  // releases every entry, then the array
+};
+
 // One kind of index key (SequenceKey or FlattenedIndexKey): its class, block maker and cache.
 struct IndexKeys {
-    Ref cls;          // the key class
-    Ref block;        // null or n -> list of the keys for 0..n-1
-    RefVector cache;  // index -> key, or null
+    Ref cls;    // the key class (under KeysState::lock; attr/attr_mapping.cpp reads it too)
+    Ref block;  // null or n -> list of the keys for 0..n-1 (under KeysState::lock)
+    // Owned; made by keys::Install with the class it caches entries of, replaced only by a
+    // re-install (the old one kept for the process on free-threaded builds:
+    // KeysState::retired_caches).
+    std::atomic<IndexCache*> cache{nullptr};
 };
 
 // One kind of named key (DictKey or GetAttrKey).
 struct NamedKeys {
-    Ref cls;    // the key class
-    Ref maker;  // null or key -> the entry
-    Ref block;  // null or [keys of one type] -> [entries], same order
-    Ref cache;  // dict: exact str/int -> entry
+    Ref cls;    // the key class (under KeysState::lock)
+    Ref maker;  // null or key -> the entry (under KeysState::lock)
+    Ref block;  // null or [keys of one type] -> [entries], same order (under KeysState::lock)
+    // Owned: a dict, exact str/int -> entry, made by keys::Install; read and filled without the
+    // table lock, through the dict's own (DictGetItemRef, DictSetDefaultRef: an entry, once in,
+    // is never replaced, so no reader's reference is freed). Replaced only by a re-install, as
+    // IndexKeys::cache is (KeysState::retired).
+    std::atomic<PyObject*> cache{nullptr};
 };
 
 struct KeysState {
+    // Guards the classes and makers (read under it with a new reference, swapped under it) and
+    // the retired lists; the caches are atomics (above). Second in the lock order (above).
+    TableLock lock;
     IndexKeys sequence;
     IndexKeys flattened_index;
     NamedKeys dict;
     NamedKeys getattr;
+    // Free-threaded builds: what a re-install of the key classes replaced (classes, named caches;
+    // index caches), kept for the process: a walk on another thread may be reading it borrowed.
+    // Under the GIL a re-install releases them. Owned; visited.
+    RefVector retired;
+    std::vector<IndexCache*> retired_caches;
 };
 
 // The entries past the caches' sizes, kept only while a key-path walk runs (keys.cpp): what one

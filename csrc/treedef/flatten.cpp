@@ -137,9 +137,11 @@ class Flattener {
     // or key path to extend, no one-level cut (read by tree_leaves' dicts, kinds_read.h).
     bool BareLeaves() const { return !kDef && !kPaths && is_leaf_ == nullptr && !one_level_; }
 
-    // Appends the values of borrowed (key, value) pairs, each a plain leaf, as new references,
-    // and empties `items` (BareLeaves walks only). The space is made first: what may throw
-    // (std::bad_alloc) throws before any reference is taken.
+    // Appends the values of GatherItems' (key, value) pairs, each a plain leaf, and empties
+    // `items` (BareLeaves walks only). Borrowed pairs (GIL builds) give new references; owned
+    // ones (free-threaded builds, kGatheredOwned) hand their values on and release their keys.
+    // The space is made first: what may throw (std::bad_alloc) throws before any reference is
+    // taken or handed on.
     bool AddPlainLeaves(Items& items) {
         const size_t n = items.size();
         const size_t size = leaves_->size();
@@ -149,12 +151,20 @@ class Flattener {
             try {
                 leaves_->reserve(std::max(size + n, 2 * leaves_->capacity()));
             } catch (...) {
-                items.Forget();  // borrowed: nothing to release
+                DropGathered(items);
                 throw;
             }
         }
-        for (const Item& item : items) leaves_->push_back(Py_NewRef(item.value));
-        items.Forget();
+        if constexpr (kGatheredOwned) {
+            for (Item& item : items) {
+                leaves_->push_back(item.value);
+                item.value = nullptr;
+            }
+            items.Release(0);  // the keys
+        } else {
+            for (const Item& item : items) leaves_->push_back(Py_NewRef(item.value));
+            items.Forget();
+        }
         return true;
     }
 

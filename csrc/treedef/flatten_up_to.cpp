@@ -171,13 +171,18 @@ class PrefixWalker {
         if (is_list ? !PyList_CheckExact(o) : !PyTuple_CheckExact(o)) {
             return Mismatch(PyExc_ValueError, std::string("Expected ") + name + ", got " + Repr(o) + ".");
         }
-        if (Py_SIZE(o) != n) {
-            return Mismatch(PyExc_ValueError,
-                            std::string(is_list ? "List" : "Tuple") + " arity mismatch: " +
-                                std::to_string(Py_SIZE(o)) + " != " + std::to_string(n) + "; " +
-                                name + ": " + Repr(o) + ".");
+        // The size is read again where the items are copied (PushSequence): another thread
+        // may resize a list in between (free-threaded builds), and the copy then declines.
+        Py_ssize_t size = Py_SIZE(o);
+        if (size == n) {
+            if (PushSequence(node, o, n)) return true;
+            if (PyErr_Occurred()) return false;
+            size = Py_SIZE(o);
         }
-        return PushSequence(node, is_list ? &PyList_GET_ITEM(o, 0) : &PyTuple_GET_ITEM(o, 0), n);
+        return Mismatch(PyExc_ValueError,
+                        std::string(is_list ? "List" : "Tuple") + " arity mismatch: " +
+                            std::to_string(size) + " != " + std::to_string(n) + "; " + name +
+                            ": " + Repr(o) + ".");
     }
 
     bool ExpectNothing(const Node&, Ref&) {  // a shared reference: Run checks it
@@ -185,20 +190,29 @@ class PrefixWalker {
     }
 
  private:
-    // `items` points into a tuple or list that the caller owns; nothing here runs Python code
-    // (PushNewRef only INCREFs and may grow a C++ vector), so the list cannot change meanwhile.
-    bool PushSequence(const Node& node, PyObject* const* items, Py_ssize_t n) {
+    // Takes the `n` items of `seq`, a tuple (of any class) or an exact list, into their leaf slots or onto the
+    // agenda; false with no error set if it no longer holds `n` (another thread resized a list
+    // since the caller's check), false with an error set on a failure. The room is made first
+    // (what may throw throws there); CopyItemsIfSize then reads the size and copies the items in
+    // one step, in a list's critical section on free-threaded builds, running no Python code.
+    bool PushSequence(const Node& node, PyObject* seq, Py_ssize_t n) {
         if (AllChildrenAreLeaves(node)) {
             // Fast path (parameter lists, flat lists): the children go to their slots without
             // a round trip through the agenda.
             if (!HasSlots(n)) return false;
+            if (!CopyItemsIfSize(seq, n, out_->data() + cursor_ - static_cast<size_t>(n))) {
+                return false;
+            }
             cursor_ -= static_cast<size_t>(n);
-            PyObject** slots = out_->data() + cursor_;
-            for (Py_ssize_t i = 0; i < n; ++i) slots[i] = Py_NewRef(items[i]);
             leaf_children_done_ = true;
             return true;
         }
-        for (Py_ssize_t i = 0; i < n; ++i) PushNewRef(agenda_, items[i]);
+        const size_t begin = agenda_.size();
+        agenda_.resize(begin + static_cast<size_t>(n), nullptr);  // may throw; nulls are skipped
+        if (!CopyItemsIfSize(seq, n, agenda_.data() + begin)) {
+            agenda_.resize(begin);  // nothing was copied: only nulls
+            return false;
+        }
         return true;
     }
 
@@ -229,12 +243,13 @@ class PrefixWalker {
             PyObject* const* expected = def_.keys.data() + node.keys_begin;
             Count i = 0;
             for (; i < node.arity; ++i) {
-                PyObject* value = PyDict_GetItemWithError(obj, expected[i]);
-                if (value == nullptr) break;
+                // A new reference from the lookup itself: another thread may replace the entry.
+                PyObject* value;
+                if (DictGetItemRef(obj, expected[i], &value) <= 0) break;
                 if (leaves) {
-                    (*out_)[first + static_cast<size_t>(i)] = Py_NewRef(value);
+                    (*out_)[first + static_cast<size_t>(i)] = value;
                 } else {
-                    PushNewRef(agenda_, value);
+                    PushOwned(agenda_, value);
                 }
             }
             // The size is checked again: a key's __eq__ may have added keys during the lookups.
@@ -331,7 +346,7 @@ class PrefixWalker {
             return Mismatch(PyExc_ValueError, "Named tuple type mismatch: expected type: " +
                                               Repr(def_.Data(node)) + ", tuple: " + Repr(obj) + ".");
         }
-        return PushSequence(node, &PyTuple_GET_ITEM(obj, 0), node.arity);
+        return PushSequence(node, obj, node.arity);  // a tuple: always its size
     }
 
     // Custom-like nodes are compared the way JAX does: same registration, aux data not `!=`,
@@ -488,15 +503,12 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     // below runs Python code.
     Ref out(PyList_New(root.arity));
     if (!out) return nullptr;
-    PyObject* const* items;
-    if (want_tuple && PyTuple_CheckExact(tree) && PyTuple_GET_SIZE(tree) == root.arity) {
-        items = &PyTuple_GET_ITEM(tree, 0);
-    } else if (!want_tuple && PyList_CheckExact(tree) && PyList_GET_SIZE(tree) == root.arity) {
-        items = &PyList_GET_ITEM(tree, 0);
-    } else {
+    // The size check and the copy are one step (CopyItemsIfSize: in a list's critical section
+    // on free-threaded builds, where another thread may resize it).
+    if (!(want_tuple ? PyTuple_CheckExact(tree) : PyList_CheckExact(tree)) ||
+        !CopyItemsIfSize(tree, root.arity, reinterpret_cast<PyListObject*>(out.get())->ob_item)) {
         return nullptr;  // not this case (dropping the empty list runs no Python code)
     }
-    for (Count i = 0; i < root.arity; ++i) PyList_SET_ITEM(out.get(), i, Py_NewRef(items[i]));
     return out.release();
 }
 

@@ -27,7 +27,10 @@ inline Py_uhash_t Mix(Py_uhash_t h, Py_uhash_t v) {
 }  // namespace
 
 Py_hash_t Hash(PyTreeDefObject* self) {
-    if (self->hash != -1) return self->hash;
+    // The cache is read and written with relaxed atomic accesses (treedef.h, the field): threads
+    // hashing one treedef at once each compute the same value, and either store wins.
+    const Py_hash_t cached = __atomic_load_n(&self->hash, __ATOMIC_RELAXED);
+    if (cached != -1) return cached;
     const TreeDef& def = self->def;
     Py_uhash_t h = static_cast<Py_uhash_t>(def.nodes.size());
     for (const Node& node : def.nodes) {
@@ -43,7 +46,7 @@ Py_hash_t Hash(PyTreeDefObject* self) {
     }
     Py_hash_t out = static_cast<Py_hash_t>(h);
     if (out == -1) out = -2;  // -1 is reserved for errors
-    self->hash = out;
+    __atomic_store_n(&self->hash, out, __ATOMIC_RELAXED);
     return out;
 }
 

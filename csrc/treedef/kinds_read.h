@@ -333,15 +333,29 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         // Size and item are read afresh per step: a callback may have changed the list. A
         // reference is held to the item we descend into.
+#ifdef Py_GIL_DISABLED
+        // Another thread may resize the list or replace its items at any moment: each item is
+        // taken with PyList_GetItemRef (ListItemRef), CPython's lock-free read of a shared list,
+        // rather than inside one critical section around the loop, which would hide from the
+        // walk the changes its own callbacks make (jaxlib's reading, above) and would have to
+        // be left around every visit anyway (a visit classifies and runs Python code). No
+        // prefetch: reading ahead in the item array outside the list's lock is a data race.
+        PyObject* item = ListItemRef(obj, i);
+        if (item == nullptr) return ListShrank(n, PyList_GET_SIZE(obj));
+#else
+        // The hottest loop of the library: on GIL builds the plain reads, as they always were
+        // (the GIL makes each read and its INCREF one step).
         if (i >= PyList_GET_SIZE(obj)) return ListShrank(n, PyList_GET_SIZE(obj));
         // The reference taken below misses the cache on every leaf of a big list: ask for the
         // one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
         if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
             PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
         }
+        PyObject* item = Py_NewRef(PyList_GET_ITEM(obj, i));
+#endif
         PyObject* key = nullptr;
         if constexpr (Walk::kPaths) key = keys::Sequence(i);
-        if (!w.template Child<true>(Py_NewRef(PyList_GET_ITEM(obj, i)), key)) return false;
+        if (!w.template Child<true>(item, key)) return false;
     }
     if constexpr (Walk::kDef) return w.Finish(kKind, mark, n);
     return true;
@@ -361,13 +375,17 @@ template <class Walk>
     fastree::Items items;
     const uint64_t epoch = UserCodeEpoch();  // before a Python key sort can move it
     bool sorted;
-    if (!GatherBorrowedItems(obj, items, &sorted)) return false;
+    // Borrowed pairs on GIL builds, owned on free-threaded ones (GatherItems, dict_items.h):
+    // either way nothing below reads the dict's own entries again, but through ReadValueAgain.
+    if (!GatherItems(obj, items, &sorted)) return false;
     if constexpr (!Walk::kDef && !Walk::kPaths) {
         // tree_leaves: a dict whose values are all plain leaves (a layer's kernel and bias) adds
         // them and is done, its keys never referenced: visiting a plain leaf with no is_leaf runs
         // no Python code, so nothing can change the dict before the last value is taken. Two
         // reference-count updates per key were most of tree_leaves' distance from a minimal C
-        // walk on a transformer's parameters (docs/performance-history.md).
+        // walk on a transformer's parameters (docs/performance-history.md). (Free-threaded:
+        // the pairs are owned, so the classification here reads no object another thread can
+        // free, and AddPlainLeaves hands the values on.)
         if (sorted && w.BareLeaves() && read::AllPlainLeaves(items)) {
             return w.AddPlainLeaves(items);
         }
@@ -462,24 +480,39 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
             return CustomKind::Read(w, obj, now);
         }
         case attr::Outcome::kLibraryOnce: {
-            // An instance the library answers for (its aux data names its children).
-            PyObject* fn = Walk::kPaths ? node->library_flatten_with_keys : node->library_flatten;
-            if (fn == nullptr) {
+            // An instance the library answers for (its aux data names its children). Taken with
+            // a reference (attr::NodeFunction): another thread's check_with may replace it.
+            Ref fn = attr::NodeFunction(node, Walk::kPaths
+                                                  ? &attr::AttrNode::library_flatten_with_keys
+                                                  : &attr::AttrNode::library_flatten);
+            if (!fn) {
                 PyErr_SetString(PyExc_RuntimeError, "fastree: an attribute node's library "
                                 "functions are gone");
                 return false;
             }
-            return read::ViaCallback(w, obj, reg, fn, Walk::kPaths, kKind);
+            return read::ViaCallback(w, obj, reg, fn.get(), Walk::kPaths, kKind);
         }
         case attr::Outcome::kNative:
             break;
     }
     if constexpr (Walk::kDef) {
-        // The shared aux tuples are checked once per epoch (aux_check.h).
+        // The shared aux tuples are checked once per epoch (aux_check.h). The node's stamp is
+        // for whichever tuple last_aux is: it is read with the comparison, and written back
+        // only while `aux` is still that tuple, both in the node's critical section (another
+        // thread's Aux may replace last_aux and reset the stamp meanwhile; `aux` is held, so
+        // its address cannot come back as another tuple's). The check itself runs outside it.
         PyObject* aux = fields.aux.get();
         bool ok;
-        if (aux == node->last_aux || aux == node->regular_aux) {
-            ok = aux::CheckStamped(reg->type, aux, w.Site(), &node->aux_stamp);
+        uint64_t stamp = 0;
+        bool shared;
+        FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(node));
+        shared = aux == node->last_aux || aux == node->regular_aux;
+        if (shared) stamp = node->aux_stamp;
+        FASTREE_END_CRITICAL_SECTION();
+        if (shared) {
+            const uint64_t was = stamp;
+            ok = aux::CheckStamped(reg->type, aux, w.Site(), &stamp);
+            if (ok && stamp != was) attr::StampIfShared(node, aux, stamp);
         } else {
             ok = aux::Check(reg->type, aux, w.Site());
         }

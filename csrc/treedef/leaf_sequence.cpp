@@ -44,8 +44,24 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     // list `tree`. The items are read after it, and nothing from there to the end of the copy
     // runs Python code (ClassifyCached never does).
     Ref leaves(PyList_New(n));
+    if (!leaves) return nullptr;
+#ifdef Py_GIL_DISABLED
+    // Another thread may resize a list `tree` or replace its items at any moment: the items are
+    // taken first, in one step (CopyItemsIfSize, in the list's critical section), and classified
+    // after it (nothing classifies inside a section). Not all plain leaves: `leaves` releases
+    // them (another thread may have dropped `tree`'s references meanwhile: that runs outside any
+    // section, like any release).
+    if (!CopyItemsIfSize(tree, n, reinterpret_cast<PyListObject*>(leaves.get())->ob_item)) {
+        return nullptr;  // resized meanwhile (no error: the general path reads it as it is)
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (registry::ClassifyCached(PyList_GET_ITEM(leaves.get(), i)) != &registry::kLeaf) {
+            return nullptr;
+        }
+    }
+#else
     // Failed (error set), or resized meanwhile (no error: the general path reads it as it is).
-    if (!leaves || Py_SIZE(tree) != n) return nullptr;
+    if (Py_SIZE(tree) != n) return nullptr;
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
@@ -57,6 +73,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
         }
         PyList_SET_ITEM(leaves.get(), i, Py_NewRef(items[i]));
     }
+#endif
     if (!want_def) return leaves.release();
     TreeDef def;
     def.nodes.reserve(static_cast<size_t>(n) + 1);
@@ -93,10 +110,17 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
     if (!out) return nullptr;
     PyObject_GC_UnTrack(out.get());
-    if (Py_SIZE(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
-    PyObject* const* items = SequenceItems(tree, &kind);
     PyObject** slots = kind == kTupleKind ? &PyTuple_GET_ITEM(out.get(), 0)
                                           : reinterpret_cast<PyListObject*>(out.get())->ob_item;
+#ifdef Py_GIL_DISABLED
+    // Taken first in one step, classified after (see FlattenLeafSequence).
+    if (!CopyItemsIfSize(tree, n, slots)) return nullptr;  // resized: the general path reads it
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (registry::ClassifyCached(slots[i]) != &registry::kLeaf) return nullptr;
+    }
+#else
+    if (Py_SIZE(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
+    PyObject* const* items = SequenceItems(tree, &kind);
     // One pass: each item classified and taken. Owning them all before f first runs keeps the
     // items f may remove from a list `tree` (JAX, flattening first, maps them all).
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -107,6 +131,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
         }
         slots[i] = Py_NewRef(items[i]);
     }
+#endif
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* args[2] = {nullptr, slots[i]};
         PyObject* r = PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
@@ -130,13 +155,14 @@ PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
     Ref out(root.kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
     // Read after the allocation (see FlattenLeafSequence); a list resized meanwhile is left to
     // the general path, which raises JAX's leaf-count error for it.
-    if (!out || Py_SIZE(leaves) != n) return nullptr;
-    PyObject* const* items = SequenceItems(leaves, &leaves_kind);
-    // Raw references, one per leaf, written straight into `out`'s slots: `out` owns them.
+    if (!out) return nullptr;
+    // Raw references, one per leaf, written straight into `out`'s slots: `out` owns them. The
+    // size check and the copy are one step (CopyItemsIfSize: a list's critical section on
+    // free-threaded builds).
     PyObject** target = root.kind == kTupleKind
                             ? &PyTuple_GET_ITEM(out.get(), 0)
                             : reinterpret_cast<PyListObject*>(out.get())->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) target[i] = Py_NewRef(items[i]);
+    if (!CopyItemsIfSize(leaves, n, target)) return nullptr;
     return out.release();
 }
 

@@ -28,7 +28,7 @@ namespace {
 void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is_leaf_takes_path,
                      const char* func) {
     // Held for the call: the hook may be replaced while it runs.
-    Ref hook = Ref::FromBorrowed(state::TreeDef().map_error_hook.get());
+    Ref hook = LoadHook(&TreeDefState::map_error_hook);
     if (!hook) return;
     SavedError mismatch;
     mismatch.Save(/*normalize=*/true);
@@ -57,7 +57,7 @@ void ExplainMismatch(PyObject* tree, PyObject* other, PyObject* is_leaf, bool is
 }  // namespace
 
 void SetMapErrorHook(PyObject* hook) {
-    state::TreeDef().map_error_hook = Ref::FromBorrowed(hook);
+    StoreHook(&TreeDefState::map_error_hook, hook);
 }
 
 PyObject* Map(PyObject* f, PyObject* tree, PyObject* const* rest, Py_ssize_t num_rest,

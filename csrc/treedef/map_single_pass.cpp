@@ -142,32 +142,45 @@ class SinglePassMapper {
         if (!guard.ok()) return nullptr;
         Ref out;
         Py_ssize_t n;
+        PyObject** slots;
+        // Owned slots: item i as first read, then as reached, then mapped. A failure releases
+        // them with `out` (every slot is filled before anything can fail).
         do {
             n = Py_SIZE(obj);
             if (n == 0) return is_list ? PyList_New(0) : PyTuple_New(0);  // nothing to map
             // Making it can run the cyclic GC, whose finalizers may change a list: the size is
-            // read again after, and nothing from then to the end of the copy runs Python code.
+            // read again where the items are copied (CopyItemsIfSize: one step, in a list's
+            // critical section on free-threaded builds, where another thread may resize it
+            // too), and nothing from then to the end of the copy runs Python code.
             out = Ref(is_list ? PyList_New(n) : PyTuple_New(n));
             if (!out) return nullptr;
             PyObject_GC_UnTrack(out.get());
-        } while (Py_SIZE(obj) != n);
-        // Owned slots: item i as first read, then as reached, then mapped. A failure releases
-        // them with `out` (every slot is filled before anything can fail).
-        PyObject** slots = is_list ? reinterpret_cast<PyListObject*>(out.get())->ob_item
-                                   : reinterpret_cast<PyTupleObject*>(out.get())->ob_item;
-        PyObject* const* source = is_list ? reinterpret_cast<PyListObject*>(obj)->ob_item
-                                          : reinterpret_cast<PyTupleObject*>(obj)->ob_item;
-        for (Py_ssize_t i = 0; i < n; ++i) slots[i] = Py_NewRef(source[i]);
+            slots = is_list ? reinterpret_cast<PyListObject*>(out.get())->ob_item
+                            : reinterpret_cast<PyTupleObject*>(out.get())->ob_item;
+        } while (!CopyItemsIfSize(obj, n, slots));
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject*& slot = slots[i];  // `out` is ours alone and never resized: stays valid
+            // Replaced since the walk reached the list: the item as it is now. The new one is
+            // held before the old one is released (which can run a finalizer).
+#ifdef Py_GIL_DISABLED
+            // Taken with a reference (ListItemRef): another thread may replace it meanwhile.
+            if (is_list) {
+                if (PyObject* now = ListItemRef(obj, i)) {
+                    if (now != slot) {
+                        Py_SETREF(slot, now);
+                    } else {
+                        Py_DECREF(now);  // the slot holds it too: frees nothing
+                    }
+                }
+            }
+#else
             if (is_list && i < PyList_GET_SIZE(obj) && PyList_GET_ITEM(obj, i) != slot) {
-                // Replaced since the walk reached the list: the item as it is now. The new one
-                // is held before the old one is released (which can run a finalizer).
                 Py_SETREF(slot, Py_NewRef(PyList_GET_ITEM(obj, i)));
             }
-            // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
-            if (i + 1 < Py_SIZE(obj)) PrefetchDictEntries(
-                is_list ? PyList_GET_ITEM(obj, i + 1) : PyTuple_GET_ITEM(obj, i + 1));
+#endif
+            // Sibling dicts follow one another in parameter trees: overlap the next one's miss
+            // (the copy's item: owned here, where the list's could be freed by another thread).
+            if (i + 1 < n) PrefetchDictEntries(slots[i + 1]);
             PyObject* mapped = Visit(slot);
             if (mapped == nullptr) return nullptr;  // a flatten error; `out` releases the rest
             Py_SETREF(slot, mapped);

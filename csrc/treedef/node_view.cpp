@@ -11,14 +11,12 @@
 namespace fastree {
 namespace {
 
-// The interned name of each kind, made once (the strings are immortal for the process: the
-// module holds no other state for them).
-PyObject* KindName(NodeKind kind) {
-    static PyObject* names[kinds::kNumKinds] = {};
-    PyObject*& name = names[static_cast<size_t>(kind)];
-    if (name == nullptr) name = PyUnicode_InternFromString(kinds::Name(kind));
-    return Py_XNewRef(name);
-}
+// The interned name of each kind, made once at module init (InitKindNames) and read without
+// synchronisation afterwards (docs/threads.md, R16: filled on first use, two threads raced to
+// fill one slot). The strings are kept for the process: the module holds no other state for them.
+PyObject* g_kind_names[kinds::kNumKinds] = {};
+
+PyObject* KindName(NodeKind kind) { return Py_XNewRef(g_kind_names[static_cast<size_t>(kind)]); }
 
 // (kind, type, data, arity, num_leaves, ref, child_keys) for one node.
 PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
@@ -45,6 +43,15 @@ PyObject* NodeRecord(const TreeDef& def, Py_ssize_t index) {
 }
 
 }  // namespace
+
+bool InitKindNames() {
+    for (size_t k = 0; k < kinds::kNumKinds; ++k) {
+        if (g_kind_names[k] != nullptr) continue;
+        g_kind_names[k] = PyUnicode_InternFromString(kinds::Name(static_cast<NodeKind>(k)));
+        if (g_kind_names[k] == nullptr) return false;
+    }
+    return true;
+}
 
 PyObject* NodeRecords(const TreeDef& def) {
     // The key entries of a container past the key cache's 2**17 children are made in one block

@@ -227,7 +227,10 @@ struct ScratchTreeDef {
 struct PyTreeDefObject {
     PyObject_HEAD
     TreeDef def;
-    Py_hash_t hash;        // -1 until first computed; a treedef is immutable so it never changes
+    // -1 until first computed; a treedef is immutable so it never changes. Read and written by
+    // Hash (hash_eq.cpp) with relaxed __atomic builtins: threads may hash one treedef at once
+    // (the same value; a plain field, so construction sets it as before).
+    Py_hash_t hash;
     PyObject* weakrefs;
 };
 

@@ -144,7 +144,7 @@ PyObject* MNodes(PyObject* self, PyObject*) { return NodeRecords(DefOf(self)); }
 
 PyObject* MToJax(PyObject* self, PyObject*) {
     // Held for the call: the hook may be replaced (and the old one freed) while it runs.
-    Ref hook = Ref::FromBorrowed(state::TreeDef().to_jax_hook.get());
+    Ref hook = LoadHook(&TreeDefState::to_jax_hook);
     if (!hook) {
         PyErr_SetString(PyExc_RuntimeError, "fastree's JAX bridge is not installed.");
         return nullptr;
@@ -256,6 +256,6 @@ PyObject* WrapTreeDef(TreeDef&& def) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-void SetToJaxHook(PyObject* hook) { state::TreeDef().to_jax_hook = Ref::FromBorrowed(hook); }
+void SetToJaxHook(PyObject* hook) { StoreHook(&TreeDefState::to_jax_hook, hook); }
 
 }  // namespace fastree

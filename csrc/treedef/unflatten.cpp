@@ -44,15 +44,19 @@ PyObject* UnflattenIterable(const TreeDef& def, PyObject* leaves) {
         Ref held = Ref::FromBorrowed(leaves);
         const Py_ssize_t expected = def.num_leaves();
         Ref out(UnflattenWith(def, [leaves, expected](Py_ssize_t i) -> PyObject* {
+#ifndef Py_GIL_DISABLED
+            // No read ahead where another thread may resize the list (a data race on its item
+            // array); ListItemRef below takes each leaf with PyList_GetItemRef there.
             if (i + kPrefetchDistance < PyList_GET_SIZE(leaves)) {
                 PrefetchForWrite(PyList_GET_ITEM(leaves, i + kPrefetchDistance));
             }
-            if (i >= PyList_GET_SIZE(leaves)) {
+#endif
+            PyObject* leaf = ListItemRef(leaves, i);
+            if (leaf == nullptr) {
                 PyErr_Format(PyExc_ValueError,
                              "Too few leaves for PyTreeDef; expected %zd, got %zd", expected, i);
-                return nullptr;
             }
-            return Py_NewRef(PyList_GET_ITEM(leaves, i));
+            return leaf;
         }));
         if (out && PyList_GET_SIZE(leaves) != expected) {
             // Dropping the built tree may run finalizers; the error is set after that.

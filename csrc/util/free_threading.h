@@ -62,6 +62,25 @@ inline PyObject* ListGetItemRef(PyObject* list, Py_ssize_t index) {
 #endif
 }
 
+// Inserts `dict[key] = default_value` unless `key` is there already, in one step under the
+// dict's own lock: PyDict_SetDefaultRef's contract (3.13+), with the shim's PyDict_SetDefault
+// before (there the GIL makes the test and the insert one step). 0 if inserted, 1 if present,
+// -1 with an error set; `*result` (if `result` is not null) a new reference to the value now
+// there. An entry already present is never replaced, so no reference another thread took to it
+// is released by this insert.
+inline int DictSetDefaultRef(PyObject* dict, PyObject* key, PyObject* default_value,
+                             PyObject** result) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_SetDefaultRef(dict, key, default_value, result);
+#else
+    const Py_ssize_t before = PyDict_GET_SIZE(dict);
+    PyObject* value = PyDict_SetDefault(dict, key, default_value);  // borrowed
+    if (result != nullptr) *result = Py_XNewRef(value);
+    if (value == nullptr) return -1;
+    return PyDict_GET_SIZE(dict) == before ? 1 : 0;
+#endif
+}
+
 // A process-wide table's lock (the rule above). Lock with TableLock::Hold.
 class TableLock {
 public:
@@ -87,5 +106,25 @@ private:
     void Unlock() {}
 #endif
 };
+
+}  // namespace fastree
+
+// ---- Borrowed references (issue 45, step 4: docs/threads.md, "Borrowed references that
+// another thread can free"). Kept in one block apart from the tools above.
+
+namespace fastree {
+
+// `type`'s attribute `name` through its MRO, as a new reference, or null (no error) where no
+// class on the MRO has it. CPython 3.13's _PyType_LookupRef; 3.10-3.12: _PyType_Lookup plus an
+// INCREF (the GIL makes the two one step). Runs no Python code (the type's attribute cache and
+// the MRO's dicts). Where the result is dereferenced, a borrowed one could be freed by another
+// thread's setattr on the class on a free-threaded build.
+inline PyObject* TypeLookupRef(PyTypeObject* type, PyObject* name) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return _PyType_LookupRef(type, name);
+#else
+    return Py_XNewRef(_PyType_Lookup(type, name));
+#endif
+}
 
 }  // namespace fastree

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "util/free_threading.h"
 #include "util/small_vector.h"
 
 namespace fastree {
@@ -151,6 +152,59 @@ inline void PrefetchDictEntries(PyObject* obj) {
         __builtin_prefetch(table, 0, 3);
         __builtin_prefetch(table + 64, 0, 3);
     }
+}
+
+// ---- Reading a list another thread can change (docs/threads.md, "Borrowed references that
+// another thread can free"). Under the GIL a read of an item and its INCREF are one step, since
+// nothing between them runs Python code. On a free-threaded build another thread can resize the
+// list (its item array freed) or replace the item (the item freed) in between: each helper
+// below takes its references either through PyList_GetItemRef or inside the list's critical
+// section, and allocates nothing and runs no Python code there.
+
+// dict[key] as an owned reference (DictGetItemRef: taken by the lookup itself, so another
+// thread's replacement of the entry cannot free it first); empty when absent (no error set) or
+// when the lookup failed (error set).
+inline Ref DictItemRef(PyObject* dict, PyObject* key) {
+    PyObject* value;
+    DictGetItemRef(dict, key, &value);
+    return Ref(value);
+}
+
+// Item `i` of the exact list `list` as a new reference, or null with no error set when `i` is
+// past its end now. For loops that read each item when they reach it (as jaxlib does), so
+// callbacks between items are seen. Free-threaded: PyList_GetItemRef (CPython's own lock-free
+// read of a shared list; no critical section); GIL builds: the plain read, as before.
+inline PyObject* ListItemRef(PyObject* list, Py_ssize_t i) {
+#ifdef Py_GIL_DISABLED
+    PyObject* item = PyList_GetItemRef(list, i);
+    if (item == nullptr) PyErr_Clear();  // its IndexError: the caller says what it means
+    return item;
+#else
+    return i < PyList_GET_SIZE(list) ? Py_NewRef(PyList_GET_ITEM(list, i)) : nullptr;
+#endif
+}
+
+// Copies the items of a tuple (of any class) or an exact list `seq` into `dest` as new
+// references, if it holds exactly `n` of them; false, nothing copied, if it holds another
+// number. A list's size and
+// items are read inside its critical section, so the copy is one snapshot even while another
+// thread resizes it (a no-op block on GIL builds: the same loop as before).
+inline bool CopyItemsIfSize(PyObject* seq, Py_ssize_t n, PyObject** dest) {
+    if (PyTuple_Check(seq)) {  // immutable
+        if (PyTuple_GET_SIZE(seq) != n) return false;
+        PyObject* const* items = &PyTuple_GET_ITEM(seq, 0);
+        for (Py_ssize_t i = 0; i < n; ++i) dest[i] = Py_NewRef(items[i]);
+        return true;
+    }
+    bool same;
+    FASTREE_BEGIN_CRITICAL_SECTION(seq);
+    same = PyList_GET_SIZE(seq) == n;
+    if (same) {
+        PyObject* const* items = reinterpret_cast<PyListObject*>(seq)->ob_item;
+        for (Py_ssize_t i = 0; i < n; ++i) dest[i] = Py_NewRef(items[i]);
+    }
+    FASTREE_END_CRITICAL_SECTION();
+    return same;
 }
 
 #if PY_VERSION_HEX >= 0x030C0000
