@@ -145,23 +145,31 @@ def test_outputs_are_not_reachable_from_flatten_callbacks_and_properties():
 
 
 def test_outputs_survive_finalizers_that_read_every_container():
-    # Garbage cycles whose finalizer reads every young list and tuple the GC tracks, collected at
-    # (nearly) every allocation of a GC-tracked object while each entry point runs. Only calls
+    # A garbage cycle whose finalizer reads every young list and tuple the GC tracks, collected as
+    # often as the interpreter lets a collection run while each entry point runs. Only calls
     # that run in fastree's core: CPython itself is not safe against such a reader (zip() builds
     # its tuple of iterators half-filled while it allocates them), so Python-level functions such
     # as tree_transpose would crash it inside CPython, not fastree.
     results = _run(
         """
+        import sysconfig
+
         ACTIVE = [False]
         SCANS = [0]
+        PENDING = [False]  # a Reader is garbage, waiting for the next collection
 
         class Reader:
             # A garbage cycle whose finalizer reads every list and tuple the GC tracks, then
             # leaves a new such cycle behind: while ACTIVE, every collection has one to finalize.
+            # One at a time: each finalizer's scan reads what a second one's would, and on a
+            # free-threaded build, whose collections are rarer and every one a full one, a pile
+            # of them scanning the whole heap each made this test run for many minutes.
             def __init__(self):
                 self.cycle = self
+                PENDING[0] = True
 
             def __del__(self):
+                PENDING[0] = False
                 if not ACTIVE[0]:
                     return
                 SCANS[0] += 1
@@ -172,7 +180,8 @@ def test_outputs_survive_finalizers_that_read_every_container():
                 Reader()
 
         def litter(x):
-            Reader()
+            if not PENDING[0]:
+                Reader()
             return x
 
         class Box:
@@ -212,24 +221,37 @@ def test_outputs_survive_finalizers_that_read_every_container():
         }
         gc.collect()
         old = gc.get_threshold()
-        gc.set_threshold(1, 1000, 1000)
+        if sysconfig.get_config_var("Py_GIL_DISABLED"):
+            # There a collection is due once a thread's allocations less its deallocations since
+            # the last one pass the threshold (counted in batches of a few hundred) and, unless
+            # the second threshold is 0, a quarter of the objects alive: the loops below keep
+            # what they make until the entry point is done.
+            gc.set_threshold(1, 0, 0)
+        else:
+            gc.set_threshold(1, 1000, 1000)
         try:
             # Start the chain of finalizers before the first measured call: on 3.14 the young
             # collections right after a full one find no garbage to finalize (they ran, and
             # collected nothing, during the first call), so the first entry point measured went
             # unchecked. Once one Reader is finalized, each leaves the next behind.
             ACTIVE[0] = True
+            kept = []
             for _ in range(100_000):  # bounded: without a finalizer the checks below fail
                 if SCANS[0] >= 3:
                     break
-                litter(None)
+                kept.append(litter([]))
             for name, op in ops.items():
                 ACTIVE[0] = True
-                Reader()
+                litter(None)
                 before = SCANS[0]
-                for _ in range(3):
-                    op()
+                calls = 0
+                # At least 3 calls, and on until a collection ran (bounded: without one the
+                # check below fails).
+                while calls < 3 or (SCANS[0] == before and calls < 5_000):
+                    kept.append(op())
+                    calls += 1
                 ACTIVE[0] = False
+                kept.clear()
                 gc.collect()
                 print(f"{name}=ok" if SCANS[0] > before else f"{name}=no collection ran")
         finally:

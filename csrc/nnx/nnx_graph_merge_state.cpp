@@ -29,7 +29,7 @@ class Gather {
         Ref pairs(StealIntoSequence(pairs_, false));
         if (!pairs || PyList_Sort(pairs.get()) < 0) return nullptr;
         const Py_ssize_t n = PyList_GET_SIZE(pairs.get());
-        Ref leaves(PyList_New(n));
+        Ref leaves(NewList(n));
         if (!leaves) return nullptr;
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* value = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs.get(), i), 1);

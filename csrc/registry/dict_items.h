@@ -59,7 +59,7 @@ inline void ReleaseItems(Items& items, size_t from) { items.Release(from); }
 // this path calls list.sort; its TypeError for unorderable keys comes through unwrapped.
 inline bool SortItemsLikeSorted(PyObject* dict, Items& items) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-    Ref keys(PyList_New(n));
+    Ref keys(NewList(n));
     if (!keys) return false;
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyList_SET_ITEM(keys.get(), i, Py_NewRef(items[static_cast<size_t>(i)].key));

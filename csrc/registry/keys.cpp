@@ -101,14 +101,11 @@ PyObject* MakeBlock(const IndexKeys& kind, const MadeFor& made_for, Py_ssize_t n
         }
         return keys.release();
     }
-    Ref keys(PyList_New(n));
-    for (Py_ssize_t i = 0; keys && i < n; ++i) {
+    // Each key is made before the list: making one runs the key class's code.
+    return NewSequenceOf<false>(n, [&](Py_ssize_t i) -> PyObject* {
         Ref index(PyLong_FromSsize_t(i));
-        PyObject* key = index ? PyObject_CallOneArg(cls.get(), index.get()) : nullptr;
-        if (key == nullptr) return nullptr;
-        PyList_SET_ITEM(keys.get(), i, key);
-    }
-    return keys.release();
+        return index ? PyObject_CallOneArg(cls.get(), index.get()) : nullptr;
+    });
 }
 
 // Stores block[begin, end) into the cache's empty slots. No lock: each slot is filled once, by

@@ -37,7 +37,7 @@ bool Fail(PyObject* type, const std::string& message) {
 
 // str(list(keys)) for the dict-key mismatch message.
 std::string KeyListStr(PyObject* const* keys, Py_ssize_t n) {
-    Ref list(PyList_New(n));
+    Ref list(NewList(n));
     if (!list) {
         PyErr_Clear();
         return "[...]";
@@ -501,7 +501,7 @@ PyObject* FlattenUpToSequence(const TreeDef& def, PyObject* tree) {
     // The result is allocated before the items are read: allocating can run the cyclic GC,
     // whose finalizers may change `tree` (a list). Nothing between the size check and the copy
     // below runs Python code.
-    Ref out(PyList_New(root.arity));
+    Ref out(NewList(root.arity));
     if (!out) return nullptr;
     // The size check and the copy are one step (CopyItemsIfSize: in a list's critical section
     // on free-threaded builds, where another thread may resize it).

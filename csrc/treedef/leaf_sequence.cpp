@@ -43,7 +43,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     // The result list first: allocating can run the cyclic GC, whose finalizers may change a
     // list `tree`. The items are read after it, and nothing from there to the end of the copy
     // runs Python code (ClassifyCached never does).
-    Ref leaves(PyList_New(n));
+    Ref leaves(NewList(n));
     if (!leaves) return nullptr;
 #ifdef Py_GIL_DISABLED
     // Another thread may resize a list `tree` or replace its items at any moment: the items are
@@ -107,7 +107,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     // reach half built could be resized under the walk (tests/test_half_built_outputs.py).
     // Allocating can run the cyclic GC, whose finalizers may change a list `tree`: the items are
     // read after it, and nothing from there to the end of the first pass runs Python code.
-    Ref out(kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
+    Ref out(kind == kTupleKind ? PyTuple_New(n) : NewList(n));
     if (!out) return nullptr;
     PyObject_GC_UnTrack(out.get());
     PyObject** slots = kind == kTupleKind ? &PyTuple_GET_ITEM(out.get(), 0)
@@ -152,7 +152,7 @@ PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
         return nullptr;  // the general path reads other iterables and raises the count errors
     }
     const Py_ssize_t n = root.arity;
-    Ref out(root.kind == kTupleKind ? PyTuple_New(n) : PyList_New(n));
+    Ref out(root.kind == kTupleKind ? PyTuple_New(n) : NewList(n));
     // Read after the allocation (see FlattenLeafSequence); a list resized meanwhile is left to
     // the general path, which raises JAX's leaf-count error for it.
     if (!out) return nullptr;

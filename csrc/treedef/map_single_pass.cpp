@@ -152,7 +152,7 @@ class SinglePassMapper {
             // read again where the items are copied (CopyItemsIfSize: one step, in a list's
             // critical section on free-threaded builds, where another thread may resize it
             // too), and nothing from then to the end of the copy runs Python code.
-            out = Ref(is_list ? PyList_New(n) : PyTuple_New(n));
+            out = Ref(is_list ? NewList(n) : PyTuple_New(n));
             if (!out) return nullptr;
             PyObject_GC_UnTrack(out.get());
             slots = is_list ? reinterpret_cast<PyListObject*>(out.get())->ob_item

@@ -135,7 +135,7 @@ PyObject* ListKind::Type(const NodeParts&) {
 }
 
 PyObject* ListKind::Build(const NodeParts& parts, PyObject** children) {
-    PyObject* list = PyList_New(parts.arity);
+    PyObject* list = NewList(parts.arity);
     if (list == nullptr) {
         DropChildren(children, parts.arity);
         return nullptr;
@@ -158,7 +158,7 @@ PyObject* DictKind::Type(const NodeParts&) {
 }
 
 PyObject* DictKind::Data(const NodeParts& parts) {
-    PyObject* list = PyList_New(parts.arity);
+    PyObject* list = NewList(parts.arity);
     if (list == nullptr) return nullptr;
     for (Py_ssize_t i = 0; i < parts.arity; ++i) {
         PyList_SET_ITEM(list, i, Py_NewRef(parts.keys[i]));

@@ -53,6 +53,31 @@ inline int DictGetItemRef(PyObject* dict, PyObject* key, PyObject** result) {
 #endif
 }
 
+// A new list of `n` slots for the caller to fill with PyList_SET_ITEM, or null with an error set.
+// On free-threaded builds CPython's own PyList_New(n > 0) crashes instead of raising MemoryError
+// when the item array cannot be allocated: its failure path releases the list before setting its
+// item pointer, so the release frees whatever that memory held (python/cpython#152125; 3.13.15
+// and 3.14 have it; tests/test_hostile.py's out-of-memory sweeps met it). Repeating a one-item
+// list allocates the array on CPython's other path, which starts from an empty list and fails
+// cleanly. Its slots then hold None, not null: None is immortal on every free-threaded build,
+// so PyList_SET_ITEM overwriting it without a DECREF is exact.
+inline PyObject* NewList(Py_ssize_t n) {
+#ifdef Py_GIL_DISABLED
+    if (n <= 0) return PyList_New(0);
+    PyObject* one = PyList_New(0);
+    if (one == nullptr) return nullptr;
+    if (PyList_Append(one, Py_None) < 0) {
+        Py_DECREF(one);
+        return nullptr;
+    }
+    PyObject* out = PySequence_Repeat(one, n);  // `one` is ours: no other thread contends
+    Py_DECREF(one);
+    return out;
+#else
+    return PyList_New(n);
+#endif
+}
+
 // A new reference to list[index], or null with IndexError set: PyList_GetItemRef's contract.
 inline PyObject* ListGetItemRef(PyObject* list, Py_ssize_t index) {
 #if PY_VERSION_HEX >= 0x030D0000

@@ -516,7 +516,7 @@ inline Ref OptionalRef(PyObject* borrowed) {
 template <class Vec>
 inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-    PyObject* out = as_tuple ? PyTuple_New(n) : PyList_New(n);
+    PyObject* out = as_tuple ? PyTuple_New(n) : NewList(n);
     if (out == nullptr) return nullptr;
     PyObject** slots = as_tuple ? reinterpret_cast<PyTupleObject*>(out)->ob_item
                                 : reinterpret_cast<PyListObject*>(out)->ob_item;
