@@ -109,7 +109,11 @@ bool InitKindNames();
 // declares that it does not support subinterpreters: Python 3.12+ refuses it to isolated ones
 // at import, and NewModuleStateObject to legacy ones. (Before 3.12, pybind11's own PyInit takes
 // the GIL with PyGILState_Ensure, which hangs in a subinterpreter before this code runs.)
-PYBIND11_MODULE(_core, m, py::multiple_interpreters::not_supported()) {
+// It declares Py_mod_gil (py::mod_gil_not_used): on a free-threaded interpreter the import leaves
+// the GIL off. docs/threads.md lists every piece of shared state and what guards it there; GIL
+// builds ignore the declaration. It comes first: pybind11 3.0-3.1 cannot compile an option after
+// multiple_interpreters (its slot helper's recursion does not see the overload for it).
+PYBIND11_MODULE(_core, m, py::mod_gil_not_used(), py::multiple_interpreters::not_supported()) {
     using namespace fastree;
     m.doc() = "fastree's C++ core: flatten, unflatten, map, treedefs and the node registry.";
 

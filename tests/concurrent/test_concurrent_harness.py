@@ -56,21 +56,23 @@ def test_child_process_reports_a_crash():
 
 
 @pytest.mark.skipif(not FREE_THREADED_BUILD, reason="needs a free-threaded interpreter")
-@pytest.mark.xfail(
-    strict=True, reason="fastree does not declare itself free-threading safe yet (issue 45)"
-)
 def test_import_leaves_the_gil_as_it_was():
     """On a free-threaded interpreter, with the GIL left to its default (off), importing fastree
-    keeps it off: the module declares Py_mod_gil (docs/threads.md, plan step 8)."""
+    keeps it off, with no warning even under -W error: the module declares Py_mod_gil
+    (docs/threads.md, plan step 8)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
     code = (
         "import sys\n"
         "before = sys._is_gil_enabled()\n"
-        "import fastree\n"
+        "import fastree, fastree.tree_util, fastree.tree\n"
         "print(before, sys._is_gil_enabled())\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     assert proc.stdout.split() == ["False", "False"], proc.stdout + proc.stderr
     assert "GIL" not in proc.stderr, proc.stderr
