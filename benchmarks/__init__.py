@@ -19,8 +19,8 @@ package is layered; a module imports from its own package or from a layer below 
    maps (``chart_details``), ``--publish`` (``publish``: benchmarks/published/ and the README's blocks; ``readme``), ``compare``.
 5. The run: ``cli`` (options, parsed before JAX is imported), ``settings`` (what ``--quick``
    means), ``selection`` (``--only``), ``destination`` (each kind of run's folder, and when a
-   run may replace what is there), ``runner``, ``__main__``; ``scaling`` is a script of its own
-   (``python -m benchmarks.scaling``).
+   run may replace what is there), ``runner``, ``__main__``; ``scaling`` and ``threads`` are scripts of
+   their own (``python -m benchmarks.scaling``, ``python -m benchmarks.threads``).
 
 ``unsupported`` (the skip-with-a-note exception) sits below them all.
 """
