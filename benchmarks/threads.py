@@ -148,17 +148,17 @@ def measure(threads: tuple[int, ...], seconds: float, repeats: int) -> dict[str,
 
 def _cell(runs: list[float], base: float | None) -> str:
     median = statistics.median(runs)
-    text = f"{median / 1e3:,.1f}k [{min(runs) / 1e3:,.1f}–{max(runs) / 1e3:,.1f}]"
+    text = f"{median:,.0f} [{min(runs):,.0f}–{max(runs):,.0f}]"
     return text if base is None else f"{text} ({median / base:.2f}×)"
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """One table per call: calls per second (thousands) per library and thread count."""
+    """One table per call: calls per second per library and thread count."""
     gil = "on" if data["gil_enabled"] else "off"
     kind = "free-threaded" if data["free_threaded"] else "GIL build"
     lines = [
         f"Python {data['python']} ({kind}, GIL {gil}), {data['cpus']} CPUs, "
-        f"{data['seconds']} s per run; calls per second, thousands: median [range] "
+        f"{data['seconds']} s per run; calls per second: median [range] "
         "(× the same library's one-thread median)",
         "",
     ]
