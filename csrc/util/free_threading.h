@@ -56,7 +56,7 @@ inline int DictGetItemRef(PyObject* dict, PyObject* key, PyObject** result) {
 // A new list of `n` slots for the caller to fill with PyList_SET_ITEM, or null with an error set.
 // On free-threaded builds CPython's own PyList_New(n > 0) crashes instead of raising MemoryError
 // when the item array cannot be allocated: its failure path releases the list before setting its
-// item pointer, so the release frees whatever that memory held (python/cpython#152125; 3.13.15
+// item pointer, so the release frees whatever that memory held (CPython issue gh-152125; 3.13.15
 // and 3.14 have it; tests/test_hostile.py's out-of-memory sweeps met it). Repeating a one-item
 // list allocates the array on CPython's other path, which starts from an empty list and fails
 // cleanly. Its slots then hold None, not null: None is immortal on every free-threaded build,
