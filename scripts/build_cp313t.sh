@@ -137,6 +137,12 @@ libsqlite3-dev"
     exit 1
   fi
   echo "built and installed into $ROOT in $(( $(date +%s) - start )) s"
+  # CPython's own list of its known free-threading races, kept beside the interpreter for
+  # scripts/run_tsan_tests.sh (which adds it to its own).
+  if [ -n "$TSAN" ]; then
+    mkdir -p "$ROOT/share"
+    cp Tools/tsan/suppressions_free_threading.txt "$ROOT/share/cpython-tsan-suppressions.txt"
+  fi
   free_threaded "$PY" || { echo "$PY is $(describe "$PY"), not the $kind 3.13 wanted" >&2; exit 1; }
 fi
 

@@ -4,8 +4,9 @@
 # (scripts/build_cp313t.sh with TSAN=1), the GIL left off. Fails on any test failure and on any
 # TSan report, including reports from the child interpreters the tests start
 # (tests/concurrent/concurrency_harness.py's `isolated` runs every workload in one where the GIL
-# is off). Reports whose racing accesses both lie outside fastree are suppressed by
-# scripts/tsan.supp, each entry saying why; a report with a fastree (_core) frame is a finding.
+# is off). Reports whose racing accesses both lie outside fastree are suppressed by CPython's own
+# list of its known races and by scripts/tsan.supp, each entry saying why; a report with a
+# fastree (_core) frame is a finding.
 #
 #   scripts/run_tsan_tests.sh                                  # tests/concurrent tests/test_threads.py
 #   scripts/run_tsan_tests.sh tests/concurrent -k key_caches   # any pytest arguments
@@ -84,7 +85,21 @@ esac
 # makes a process that reported one fail, which an `isolated` child's test shows. Reports go to
 # files under $LOGS (tsan.<pid>) so that one from a child interpreter, whose output a test may
 # swallow, still fails this script.
-export TSAN_OPTIONS="halt_on_error=0:exitcode=66:log_path=$LOGS/tsan:suppressions=$PWD/scripts/tsan.supp"
+# The suppressions: CPython's own list of the races its free-threaded build is known to have
+# (Tools/tsan/suppressions_free_threading.txt of the very source built, kept beside the
+# interpreter by scripts/build_cp313t.sh; an interpreter built before it did so has it in its
+# build tree), then scripts/tsan.supp.
+cpython_supp="$ROOT/share/cpython-tsan-suppressions.txt"
+if [ ! -f "$cpython_supp" ]; then
+  cpython_supp=$(compgen -G "$ROOT-build/Python-*/Tools/tsan/suppressions_free_threading.txt" | head -n 1 || true)
+fi
+if [ -z "$cpython_supp" ] || [ ! -f "$cpython_supp" ]; then
+  echo "error: CPython's TSan suppressions not found ($ROOT/share/cpython-tsan-suppressions.txt);" \
+    "rebuild the interpreter with scripts/build_cp313t.sh TSAN=1" >&2
+  exit 1
+fi
+cat "$cpython_supp" scripts/tsan.supp > "$WORK/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=0:exitcode=66:log_path=$LOGS/tsan:suppressions=$WORK/tsan.supp"
 
 status=0
 start=$(date +%s)
