@@ -15,7 +15,7 @@ bool SwitchToLibrary(AttrNode* node) {
 }
 
 bool CheckDue(const AttrNode* node) {
-    return node->checker != nullptr &&
+    return HasFunction(node, &AttrNode::checker) &&
            (Counter(node->checks_left) > 0 || Counter(node->irregular_checks_left) > 0);
 }
 
@@ -34,7 +34,7 @@ int FieldsPresent(const AttrNode* node, const Instance& inst) {
 
 Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular, bool* ran) {
     *ran = false;
-    if (node->checker == nullptr) return Outcome::kNative;
+    if (!HasFunction(node, &AttrNode::checker)) return Outcome::kNative;
     // Each check is taken by one thread (TakeCheck never counts below zero): as many checks run
     // as were asked for, whichever threads read the first instances.
     if (!TakeCheck(node->checks_left) && (regular || !TakeCheck(node->irregular_checks_left))) {

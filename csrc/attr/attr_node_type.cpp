@@ -134,11 +134,13 @@ PyObject* MethodCheckWith(PyObject* self, PyObject* args, PyObject* kwargs) {
     old[1] = node->library_flatten;
     old[2] = node->library_flatten_with_keys;
     old[3] = node->library_unflatten;
-    node->checker = Py_NewRef(checker);
-    node->library_flatten = Py_NewRef(flatten);
-    node->library_flatten_with_keys = Py_NewRef(flatten_with_keys);
-    node->library_unflatten = Py_NewRef(unflatten);
-    node->delegate_irregular = delegate != 0;
+    // Relaxed stores: HasFunction and DelegatesIrregular read these outside the section.
+    __atomic_store_n(&node->checker, Py_NewRef(checker), __ATOMIC_RELAXED);
+    __atomic_store_n(&node->library_flatten, Py_NewRef(flatten), __ATOMIC_RELAXED);
+    __atomic_store_n(&node->library_flatten_with_keys, Py_NewRef(flatten_with_keys),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&node->library_unflatten, Py_NewRef(unflatten), __ATOMIC_RELAXED);
+    __atomic_store_n(&node->delegate_irregular, delegate != 0, __ATOMIC_RELAXED);
     FASTREE_END_CRITICAL_SECTION();
     SetCounter(node->checks_left, checks < 0 ? 0 : checks);
     SetCounter(node->irregular_checks_left, irregular < 0 ? 0 : irregular);
@@ -194,7 +196,7 @@ int SetUseLibrary(PyObject* self, PyObject* value, void*) {
         return -1;
     }
     AttrNode* node = Self(self);
-    if (on && node->library_unflatten == nullptr) {
+    if (on && !HasFunction(node, &AttrNode::library_unflatten)) {
         PyErr_SetString(PyExc_ValueError, "use_library: no library functions (see check_with)");
         return -1;
     }

@@ -316,12 +316,12 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
     if (check) {
         if (UsesLibrary(node)) return Outcome::kLibrary;
         // Not a plain instance: the library reads it as it reads every instance.
-        if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
-        if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
+        if (inst.general && HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
+        if (DelegatesIrregular(node) && !regular) return Outcome::kLibraryOnce;
         // As many names as fields but not the fields (a field left out by __init__, another
         // name added): irregular too. Asked only before a check, which would otherwise judge
         // the class on an instance the library answers for; later reads find the field absent.
-        if (node->delegate_irregular && CheckDue(node)) {
+        if (DelegatesIrregular(node) && CheckDue(node)) {
             const int present = FieldsPresent(node, inst);
             if (present < 0) return Outcome::kError;
             if (!present) return Outcome::kLibraryOnce;
@@ -334,13 +334,13 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
             if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
             regular = Regular(node, inst);
             if (regular < 0) return Outcome::kError;
-            if (inst.general && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
-            if (node->delegate_irregular && !regular) return Outcome::kLibraryOnce;
+            if (inst.general && HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
+            if (DelegatesIrregular(node) && !regular) return Outcome::kLibraryOnce;
         }
     }
     if (node->mapping != nullptr) {
         if (!inst.general && inst.dict) return ReadMapping(node, inst.dict.get(), want_aux, out);
-        if (node->library_flatten != nullptr) return Outcome::kLibraryOnce;
+        if (HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
         PyErr_Format(PyExc_TypeError,
                      "attribute node of %.200s: an instance whose attributes are not a plain "
                      "__dict__ cannot be read by its mapping layout",
@@ -356,7 +356,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         PyObject* v = Stored(node, inst, i, name);
         if (v == nullptr && !PyErr_Occurred()) {
             // As many names as fields, but not the fields: the library's instance.
-            if (check && node->delegate_irregular) return Outcome::kLibraryOnce;
+            if (check && DelegatesIrregular(node)) return Outcome::kLibraryOnce;
             v = Absent(node, name);
         }
         if (v == nullptr) return Outcome::kError;
@@ -369,7 +369,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         Ref meta(Value(node, inst, nd, PyTuple_GET_ITEM(node->meta_fields, 0)));
         if (!meta) return Outcome::kError;
         if (!StrKeyedDict(meta.get())) {
-            if (check && node->library_flatten != nullptr) return Outcome::kLibraryOnce;
+            if (check && HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
             Ref aux(Aux(node, inst, regular != 0));  // the aux read's own TypeError
             if (!aux) return Outcome::kError;
         }
@@ -378,7 +378,7 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         out->aux = Ref(Aux(node, inst, regular != 0));
         if (!out->aux) {
             // Metadata the layout cannot read (not an exact dict of str keys): the library's.
-            if (check && node->meta_items && node->library_flatten != nullptr &&
+            if (check && node->meta_items && HasFunction(node, &AttrNode::library_flatten) &&
                 PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 return Outcome::kLibraryOnce;

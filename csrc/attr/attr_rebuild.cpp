@@ -136,7 +136,7 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
     if (node->names_as_aux) {
         const int own = IsOwnNames(node, aux);
         if (own < 0) return nullptr;
-        if (!own && node->library_unflatten != nullptr && CheckAux(node, aux, n)) {
+        if (!own && HasFunction(node, &AttrNode::library_unflatten) && CheckAux(node, aux, n)) {
             // An instance the library flattened (delegate_irregular): the library rebuilds it.
             Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
             if (!fn) {  // cleared since the test above (the node's tp_clear)

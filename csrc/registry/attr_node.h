@@ -112,7 +112,10 @@ struct AttrNode {
     // Checking against the library (null / 0 / false for a node registered directly).
     // The four functions are replaced by check_with, in the node's critical section, and read
     // with a reference taken in it (NodeFunction): a borrowed one could be freed by another
-    // thread's check_with while it is called. Null tests alone read them directly.
+    // thread's check_with while it is called. Tests for null (HasFunction) and
+    // delegate_irregular (DelegatesIrregular) read them with relaxed atomic loads, which
+    // check_with's relaxed stores pair with: a plain read beside another thread's write is a
+    // C++ data race on a free-threaded build (ThreadSanitizer reported it).
     PyObject* checker;                    // checker(obj) -> bool
     PyObject* library_flatten;            // the library's own functions
     PyObject* library_flatten_with_keys;
@@ -167,6 +170,13 @@ inline bool TakeCheck(int& counter) {
         }
     }
     return false;
+}
+// Whether node->*field (a checker or library function) is set; nothing is dereferenced.
+inline bool HasFunction(const AttrNode* node, PyObject* const AttrNode::*field) {
+    return __atomic_load_n(&(node->*field), __ATOMIC_RELAXED) != nullptr;
+}
+inline bool DelegatesIrregular(const AttrNode* node) {
+    return __atomic_load_n(&node->delegate_irregular, __ATOMIC_RELAXED);
 }
 inline bool UsesLibrary(const AttrNode* node) {
     return __atomic_load_n(&node->use_library, __ATOMIC_RELAXED);

@@ -382,8 +382,18 @@ bool DelegateAttribute(PyObject* node) {
     // A published record is immutable: read after the lookup, without the lock.
     const Registration* current = Registered(reinterpret_cast<PyTypeObject*>(n->cls));
     if (current == nullptr || current->attr_node != node) return true;
-    return RegisterCustom(n->cls, n->library_flatten, n->library_unflatten,
-                          n->library_flatten_with_keys, current->preserve_identity);
+    // Held, not borrowed: registering allocates, and another thread's check_with may replace
+    // (and release) the node's functions meanwhile.
+    const Ref flatten = attr::NodeFunction(n, &attr::AttrNode::library_flatten);
+    const Ref unflatten = attr::NodeFunction(n, &attr::AttrNode::library_unflatten);
+    const Ref flatten_with_keys = attr::NodeFunction(n, &attr::AttrNode::library_flatten_with_keys);
+    if (!flatten || !unflatten || !flatten_with_keys) {  // cleared (the node's tp_clear)
+        PyErr_SetString(PyExc_RuntimeError,
+                        "fastree: an attribute node's library functions are gone");
+        return false;
+    }
+    return RegisterCustom(n->cls, flatten.get(), unflatten.get(), flatten_with_keys.get(),
+                          current->preserve_identity);
 }
 
 bool Init() {

@@ -173,11 +173,11 @@ class PrefixWalker {
         }
         // The size is read again where the items are copied (PushSequence): another thread
         // may resize a list in between (free-threaded builds), and the copy then declines.
-        Py_ssize_t size = Py_SIZE(o);
+        Py_ssize_t size = SharedSize(o);
         if (size == n) {
             if (PushSequence(node, o, n)) return true;
             if (PyErr_Occurred()) return false;
-            size = Py_SIZE(o);
+            size = SharedSize(o);
         }
         return Mismatch(PyExc_ValueError,
                         std::string(is_list ? "List" : "Tuple") + " arity mismatch: " +

@@ -38,7 +38,7 @@ PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
 PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     NodeKind kind;
     if (SequenceItems(tree, &kind) == nullptr) return nullptr;
-    const Py_ssize_t n = Py_SIZE(tree);
+    const Py_ssize_t n = SharedSize(tree);
     if (n > INT32_MAX) return nullptr;
     // The result list first: allocating can run the cyclic GC, whose finalizers may change a
     // list `tree`. The items are read after it, and nothing from there to the end of the copy
@@ -61,7 +61,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     }
 #else
     // Failed (error set), or resized meanwhile (no error: the general path reads it as it is).
-    if (Py_SIZE(tree) != n) return nullptr;
+    if (SharedSize(tree) != n) return nullptr;
     PyObject* const* items = SequenceItems(tree, &kind);
     for (Py_ssize_t i = 0; i < n; ++i) {
         const Registration* reg = registry::ClassifyCached(items[i]);
@@ -96,7 +96,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
 PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
     NodeKind kind;
     if (SequenceItems(tree, &kind) == nullptr) return nullptr;
-    const Py_ssize_t n = Py_SIZE(tree);
+    const Py_ssize_t n = SharedSize(tree);
     if (n == 0) {
         // Nothing to map (and PyTuple_New(0) is a shared singleton, never to be untracked).
         return kind == kTupleKind ? PyTuple_New(0) : PyList_New(0);
@@ -119,7 +119,7 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
         if (registry::ClassifyCached(slots[i]) != &registry::kLeaf) return nullptr;
     }
 #else
-    if (Py_SIZE(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
+    if (SharedSize(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
     PyObject* const* items = SequenceItems(tree, &kind);
     // One pass: each item classified and taken. Owning them all before f first runs keeps the
     // items f may remove from a list `tree` (JAX, flattening first, maps them all).
@@ -148,7 +148,7 @@ PyObject* UnflattenLeafSequence(const TreeDef& def, PyObject* leaves) {
     if (root.kind != kTupleKind && root.kind != kListKind) return nullptr;
     if (root.num_nodes != root.arity + 1 || root.num_leaves != root.arity) return nullptr;
     NodeKind leaves_kind;
-    if (SequenceItems(leaves, &leaves_kind) == nullptr || Py_SIZE(leaves) != root.arity) {
+    if (SequenceItems(leaves, &leaves_kind) == nullptr || SharedSize(leaves) != root.arity) {
         return nullptr;  // the general path reads other iterables and raises the count errors
     }
     const Py_ssize_t n = root.arity;

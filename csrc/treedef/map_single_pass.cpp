@@ -146,7 +146,7 @@ class SinglePassMapper {
         // Owned slots: item i as first read, then as reached, then mapped. A failure releases
         // them with `out` (every slot is filled before anything can fail).
         do {
-            n = Py_SIZE(obj);
+            n = SharedSize(obj);
             if (n == 0) return is_list ? PyList_New(0) : PyTuple_New(0);  // nothing to map
             // Making it can run the cyclic GC, whose finalizers may change a list: the size is
             // read again where the items are copied (CopyItemsIfSize: one step, in a list's

@@ -78,6 +78,18 @@ inline PyObject* NewList(Py_ssize_t n) {
 #endif
 }
 
+// The size of a list or tuple another thread may resize (a list), read as CPython's own
+// PyList_GET_SIZE reads it on free-threaded builds: a relaxed atomic load, which the relaxed
+// store of a resize pairs with (a plain Py_SIZE there is a data race: ThreadSanitizer reported
+// it). The value may be stale at once; callers read it again where they copy. GIL builds: Py_SIZE.
+inline Py_ssize_t SharedSize(PyObject* sequence) {
+#ifdef Py_GIL_DISABLED
+    return _Py_atomic_load_ssize_relaxed(&reinterpret_cast<PyVarObject*>(sequence)->ob_size);
+#else
+    return Py_SIZE(sequence);
+#endif
+}
+
 // A new reference to list[index], or null with IndexError set: PyList_GetItemRef's contract.
 inline PyObject* ListGetItemRef(PyObject* list, Py_ssize_t index) {
 #if PY_VERSION_HEX >= 0x030D0000

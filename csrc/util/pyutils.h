@@ -148,7 +148,10 @@ inline void PrefetchForWrite(const void* p) { __builtin_prefetch(p, 1, 3); }
 // dicts one after another; this overlaps each one's miss with the work on the one before.
 inline void PrefetchDictEntries(PyObject* obj) {
     if (PyDict_CheckExact(obj)) {
-        const char* table = reinterpret_cast<const char*>(reinterpret_cast<PyDictObject*>(obj)->ma_keys);
+        // A relaxed load: on free-threaded builds another thread's resize stores ma_keys
+        // atomically, and a plain read beside it is a data race, if a harmless one here.
+        const char* table = reinterpret_cast<const char*>(
+            __atomic_load_n(&reinterpret_cast<PyDictObject*>(obj)->ma_keys, __ATOMIC_RELAXED));
         __builtin_prefetch(table, 0, 3);
         __builtin_prefetch(table + 64, 0, 3);
     }

@@ -13,7 +13,7 @@ memo. Here those change while seven other threads read instances:
   threads read the first instances, and one that says "differs" sends the class to its library
   functions for good, with the same results;
 * ``check_with`` called again and again while other threads read (the functions swapped under
-  them);
+  them), or switch the node to the library (which registers the functions it holds);
 * a meta_items node (flax.nnx's Variable layout) and a mapping node (flax.nnx's Pytree layout)
   whose memos are replaced at every read.
 
@@ -226,6 +226,42 @@ def _check_with_swapped_workload():
 
 def test_check_with_replaced_during_reads():
     isolated(_check_with_swapped_workload)
+
+
+def _switch_while_swapped_workload():
+    # Thread 0 replaces the library functions again and again while the others switch the node
+    # to the library (use_library = True registers the library's functions for the class, read
+    # from the node): the registration must take functions that stay alive while it runs, never
+    # ones check_with has just released (ThreadSanitizer found them read borrowed).
+    cls = _checked_class("Switched")
+    node = _core.AttrNode(cls, ["a"], ["b"])
+    jtu.register_pytree_with_keys(cls, node.flatten_with_keys, node.unflatten, node.flatten)
+    _core.register_attribute_node(node)
+    objs = [cls(k, "s") for k in range(8)]
+
+    def install():
+        node.check_with(lambda obj: True, *_library_functions(cls, []), checks=1)
+
+    install()
+
+    def work(k):
+        if k == 0:
+            for _ in range(ITERATIONS * 2):
+                install()
+            return True
+        for i in range(ITERATIONS // 2):
+            node.use_library = True
+            obj = objs[(k + i) % len(objs)]
+            leaves, treedef = tu.tree_flatten(obj)
+            check(leaves, [obj.a], "leaves after the switch")
+            check(tu.tree_unflatten(treedef, leaves).a, obj.a, "rebuilt after the switch")
+        return True
+
+    assert run_threads(work) == [True] * THREADS
+
+
+def test_switching_to_the_library_while_check_with_replaces_it():
+    isolated(_switch_while_swapped_workload)
 
 
 class Var:
