@@ -140,6 +140,31 @@ def test_a_flag_changed_on_the_same_layout_is_seen():
                                         (obj._pytree__nodes, 2)))
 
 
+def test_instances_laid_out_alike_are_split_by_their_own_flags():
+    # The memo also keeps the flags dict it was read with: an instance whose flags dict holds
+    # the same names in the same order with the same flags is split without a lookup per name.
+    # Any difference in that dict (a flag, the order, an extra or a missing name, an equal name
+    # that is another str object) must still be read from the instance's own flags.
+    node = _mapping_node()
+    runtime_wt = "".join(["w", "t"])  # equal to "wt", another object
+    variants = [
+        {"wt": True, "bias": True, "size": False},
+        {"wt": True, "bias": True, "size": False},
+        {"wt": True, "bias": False, "size": False},
+        {"bias": True, "wt": True, "size": False},
+        {"wt": True, "bias": True, "size": False, "other": True},
+        {"wt": True, "bias": True},
+        {runtime_wt: False, "bias": True, "size": False},
+        {runtime_wt: True, "bias": True, "size": False},
+        {"wt": True, "bias": True, "size": True},
+    ]
+    for _ in range(3):
+        for flags in variants:
+            obj = _holder(flags, {"wt": object(), "bias": object(), "size": 3})
+            assert node.flatten(obj) == _expected_mapping(obj)
+            assert node.flatten_with_keys(obj)[1] == _expected_mapping(obj)[1]
+
+
 def test_the_mapping_memo_keeps_no_value_alive():
     node = _mapping_node()
     value = Big()

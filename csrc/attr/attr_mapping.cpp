@@ -177,16 +177,170 @@ bool MemoFits(const AttrNode* node, std::vector<Field>& fields, PyObject* flags,
     return fits;
 }
 
+// The memo's layout read with no lookup per name and no buffer on the heap: where the flags dict
+// holds the memo's flag names, in its order, with its flags (pointer compares), and the instance
+// dict the memo's names in its order, each name's flag is the memo's. Then the values are taken
+// (new references) into `values` in the instance dict's order, and `order`, `data` and the two
+// name tuples copied from the memo. kNative when it fits; kLibraryOnce when it does not (nothing
+// taken: the caller reads the full way). For up to kMemoFields names.
+//
+// Threads (docs/threads.md, A7): the flags dict is compared in the section of the node and that
+// dict, the instance dict in the section of the node and it; the memo's version, read in both,
+// says the memo was not replaced in between. Neither section allocates or runs Python code: both
+// only compare pointers and take references into the caller's stack arrays.
+constexpr Py_ssize_t kMemoFields = 32;
+
+Outcome ReadMemo(const AttrNode* node, PyObject* dict, PyObject* flags, PyObject** values,
+                 Py_ssize_t* order, bool* data, Py_ssize_t* n_out, Ref* data_keys,
+                 Ref* static_keys) {
+    const MappingLayout& m = *node->mapping;
+    PyObject* self = reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node));
+    bool fits = false;
+    uint64_t version = 0;
+    FASTREE_BEGIN_CRITICAL_SECTION2(self, flags);
+    PyObject* names = m.last_flag_names;
+    fits = names != nullptr && PyDict_GET_SIZE(flags) == PyTuple_GET_SIZE(names);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0, i = 0;
+    while (fits && PyDict_Next(flags, &pos, &key, &value)) {
+        fits = key == PyTuple_GET_ITEM(names, i) &&
+               value == (m.last_flag_data[i] ? Py_True : Py_False);
+        ++i;
+    }
+    version = m.version;
+    FASTREE_END_CRITICAL_SECTION2();
+    if (!fits) return Outcome::kLibraryOnce;
+    PyObject* a = nullptr;
+    PyObject* b = nullptr;
+    Py_ssize_t n = 0;
+    FASTREE_BEGIN_CRITICAL_SECTION2(self, dict);
+    PyObject* names = m.last_names;
+    n = names != nullptr ? PyTuple_GET_SIZE(names) : 0;
+    fits = m.version == version && names != nullptr && n <= kMemoFields &&
+           PyDict_GET_SIZE(dict) == n;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0, i = 0;
+    while (fits && PyDict_Next(dict, &pos, &key, &value)) {
+        fits = key == PyTuple_GET_ITEM(names, i);
+        values[i++] = value;  // borrowed until the references are taken below, in this section
+    }
+    if (fits) {
+        for (Py_ssize_t j = 0; j < n; ++j) {
+            Py_INCREF(values[j]);
+            order[j] = m.last_order[j];
+            data[j] = m.last_data[j];
+        }
+        a = Py_NewRef(m.last_data_keys);
+        b = Py_NewRef(m.last_static_keys);
+    }
+    FASTREE_END_CRITICAL_SECTION2();
+    if (!fits) return Outcome::kLibraryOnce;
+    *n_out = n;
+    *data_keys = Ref(a);
+    *static_keys = Ref(b);
+    return Outcome::kNative;
+}
+
+// The children and aux data of a read that fit the memo (ReadMemo's outputs; `values` owned,
+// each reference handed on or released here).
+Outcome EmitMemo(PyObject** values, const Py_ssize_t* order, const bool* data, Py_ssize_t n,
+                 bool want_aux, PyObject* data_keys, PyObject* static_keys, Fields* out) {
+    // Each reference moves to where it is released on any failure (children, statics); one
+    // not moved yet is released by `held` (a push may throw).
+    struct Held {
+        PyObject** v;
+        Py_ssize_t n;
+        ~Held() {
+            for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(v[i]);
+        }
+    } held{values, n};
+    RefSmallVector<16> static_values;
+    for (Py_ssize_t k = 0; k < n; ++k) {
+        const Py_ssize_t i = order[k];
+        if (!data[i] && !want_aux) continue;  // released by `held`
+        auto& into = data[i] ? out->children : static_values;
+        into.push_back(nullptr);  // the slot first: a push that throws leaks nothing
+        into[into.size() - 1] = values[i];
+        values[i] = nullptr;
+    }
+    if (!want_aux) return Outcome::kNative;
+    Ref c(StealIntoSequence(static_values, /*as_tuple=*/true));
+    if (!c) return Outcome::kError;
+    out->aux = Ref(PyTuple_Pack(3, data_keys, static_keys, c.get()));
+    return out->aux ? Outcome::kNative : Outcome::kError;
+}
+
+// The flags dict's names in its order (a new tuple) and whether each is True, into *names and
+// *data, when every name is an exact str and every flag a bool; else both null (and no error:
+// the memo is then never fitted by ReadMemo). The names are taken in the dict's section, into
+// room made before it; the tuple is made after it.
+void FlagsOf(PyObject* flags, PyObject** names, bool** data) {
+    *names = nullptr;
+    *data = nullptr;
+    const Py_ssize_t room = PyDict_GET_SIZE(flags);
+    if (room > kMemoFields) return;
+    PyObject* keys[kMemoFields];
+    bool flag[kMemoFields];
+    Py_ssize_t n = 0;
+    bool plain = true;
+    FASTREE_BEGIN_CRITICAL_SECTION(flags);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    plain = PyDict_GET_SIZE(flags) == room;
+    while (plain && PyDict_Next(flags, &pos, &key, &value)) {
+        plain = PyUnicode_CheckExact(key) && (value == Py_True || value == Py_False);
+        if (plain) {
+            keys[n] = Py_NewRef(key);
+            flag[n++] = value == Py_True;
+        }
+    }
+    FASTREE_END_CRITICAL_SECTION();
+    PyObject* t = plain ? PyTuple_New(n) : nullptr;
+    auto* d = t != nullptr ? static_cast<bool*>(PyMem_Malloc(sizeof(bool) * (n + 1))) : nullptr;
+    if (d == nullptr) {
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(keys[i]);
+        Py_XDECREF(t);
+        PyErr_Clear();  // optional, as the memo is
+        return;
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyTuple_SET_ITEM(t, i, keys[i]);
+        d[i] = flag[i];
+    }
+    *names = t;
+    *data = d;
+}
+
 // Keeps the layout just read (str names: int_keys false) as the memo. Everything new is made
 // first; the swap is in the node's critical section (MemoFits reads there); the old arrays and
 // tuples are released after it (a release can run Python code).
 void Remember(const AttrNode* node, const std::vector<Field>& fields,
-              const std::vector<size_t>& order, PyObject* aux) {
+              const std::vector<size_t>& order, PyObject* aux, PyObject* flags) {
     MappingLayout* m = node->mapping;
     const size_t n = fields.size();
     auto* new_order = static_cast<Py_ssize_t*>(PyMem_Malloc(sizeof(Py_ssize_t) * (n + 1)));
     auto* new_data = static_cast<bool*>(PyMem_Malloc(sizeof(bool) * (n + 1)));
     PyObject* names = PyTuple_New(static_cast<Py_ssize_t>(n));
+    PyObject* flag_names = nullptr;
+    bool* flag_data = nullptr;
+    if (new_order != nullptr && new_data != nullptr && names != nullptr) {
+        FlagsOf(flags, &flag_names, &flag_data);
+        // The flags were looked up before the snapshot: kept only where each field's flag is
+        // what the snapshot says of its very name object (absent: static), so that a later
+        // instance matching the snapshot splits as these fields did. An allocation between the
+        // two (a finalizer) or another thread could have changed the dict.
+        for (size_t i = 0; flag_names != nullptr && i < n; ++i) {
+            bool flag = false;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(flag_names); ++j) {
+                if (PyTuple_GET_ITEM(flag_names, j) == fields[i].key.get()) flag = flag_data[j];
+            }
+            if (flag != fields[i].data) {
+                Py_CLEAR(flag_names);
+                PyMem_Free(flag_data);
+                flag_data = nullptr;
+            }
+        }
+    }
     if (new_order == nullptr || new_data == nullptr || names == nullptr) {
         PyMem_Free(new_order);
         PyMem_Free(new_data);
@@ -201,35 +355,46 @@ void Remember(const AttrNode* node, const std::vector<Field>& fields,
     }
     PyObject* data_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 0));
     PyObject* static_keys = Py_NewRef(PyTuple_GET_ITEM(aux, 1));
-    PyObject* old[3];
+    PyObject* old[4];
     Py_ssize_t* old_order;
     bool* old_data;
+    bool* old_flag_data;
     FASTREE_BEGIN_CRITICAL_SECTION(reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node)));
     old[0] = m->last_names;
     old[1] = m->last_data_keys;
     old[2] = m->last_static_keys;
+    old[3] = m->last_flag_names;
     old_order = m->last_order;
     old_data = m->last_data;
+    old_flag_data = m->last_flag_data;
     m->last_names = names;
     m->last_data_keys = data_keys;
     m->last_static_keys = static_keys;
     m->last_order = new_order;
     m->last_data = new_data;
+    m->last_flag_names = flag_names;
+    m->last_flag_data = flag_data;
+    ++m->version;
     FASTREE_END_CRITICAL_SECTION();
     PyMem_Free(old_order);
     PyMem_Free(old_data);
+    PyMem_Free(old_flag_data);
     for (PyObject* o : old) Py_XDECREF(o);
 }
 
 }  // namespace
 
 void ClearMappingMemo(MappingLayout* m) {
-    PyObject* old[3] = {m->last_names, m->last_data_keys, m->last_static_keys};
-    m->last_names = m->last_data_keys = m->last_static_keys = nullptr;
+    PyObject* old[4] = {m->last_names, m->last_data_keys, m->last_static_keys,
+                        m->last_flag_names};
+    m->last_names = m->last_data_keys = m->last_static_keys = m->last_flag_names = nullptr;
     PyMem_Free(m->last_order);
     PyMem_Free(m->last_data);
+    PyMem_Free(m->last_flag_data);
     m->last_order = nullptr;
     m->last_data = nullptr;
+    m->last_flag_data = nullptr;
+    ++m->version;
     for (PyObject* o : old) Py_XDECREF(o);
 }
 
@@ -238,6 +403,19 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
     if (!flags) return PyErr_Occurred() ? Outcome::kError : Outcome::kLibraryOnce;
     const int int_keys = IntKeys(node, dict);
     if (int_keys < 0) return PyErr_Occurred() ? Outcome::kError : Outcome::kLibraryOnce;
+    if (!int_keys) {
+        // Most instances of a class are laid out alike (one __init__): the memo's layout.
+        PyObject* values[kMemoFields];
+        Py_ssize_t order[kMemoFields];
+        bool data[kMemoFields];
+        Py_ssize_t n = 0;
+        Ref data_keys, static_keys;
+        if (ReadMemo(node, dict, flags.get(), values, order, data, &n, &data_keys,
+                     &static_keys) == Outcome::kNative) {
+            return EmitMemo(values, order, data, n, want_aux, data_keys.get(), static_keys.get(),
+                            out);
+        }
+    }
     // The entries, owned before anything else is allocated: an allocation can run the cyclic
     // GC, whose finalizers could change the dict.
     // The instance's dict is read in its critical section (another thread may set attributes
@@ -297,7 +475,7 @@ Outcome ReadMapping(const AttrNode* node, PyObject* dict, bool want_aux, Fields*
     }
     const Outcome outcome = Emit(fields, order, want_aux, nullptr, nullptr, out);
     if (outcome == Outcome::kNative && want_aux && !int_keys) {
-        Remember(node, fields, order, out->aux.get());
+        Remember(node, fields, order, out->aux.get(), flags.get());
     }
     return outcome;
 }

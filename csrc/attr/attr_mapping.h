@@ -22,6 +22,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+
 #include "registry/attr_node.h"
 
 namespace fastree {
@@ -42,6 +44,13 @@ struct MappingLayout {
     PyObject* last_static_keys;  // tuple: aux item 1
     Py_ssize_t* last_order;      // PyMem, len(last_names): insertion index of each sorted name
     bool* last_data;             // PyMem, len(last_names): each name's flag, insertion order
+    // The flags dict that layout was read with: its names in its own order (exact str) and
+    // whether each was True (every value was a bool), or null. An instance whose flags dict holds
+    // these very name objects, in this order, with these flags, splits its names as the memo
+    // does: no lookup per name (ReadMemo). Names only, like the rest of the memo.
+    PyObject* last_flag_names;   // tuple, or null
+    bool* last_flag_data;        // PyMem, len(last_flag_names)
+    uint64_t version;            // counts replacements of the memo (read in the node's section)
 };
 
 // Releases what ReadMapping kept (the GC's clear, and the node's dealloc).

@@ -259,6 +259,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
         Py_VISIT(n->mapping->last_names);
         Py_VISIT(n->mapping->last_data_keys);
         Py_VISIT(n->mapping->last_static_keys);
+        Py_VISIT(n->mapping->last_flag_names);
     }
     return 0;
 }
