@@ -6,8 +6,10 @@ in a venv made on top of a base interpreter that has fastree and its test extra 
 (the venv sees the base's site-packages after its own: only the library's release is installed
 into the venv, with ``--no-deps``, and shadows the base's copy):
 
-1. the library's program (``scripts/release_programs/<library>_program.py``) runs plainly and under
-   ``python -m fastree.run``; its outputs, every step's value or exception type, must be equal;
+1. the library's program (``scripts/release_programs/<library>_program.py``; for flax also
+   ``flax_tree_program.py``, its transforms in tree mode, ``graph=False``: a row of its own)
+   runs plainly and under ``python -m fastree.run``; its outputs, every step's value or
+   exception type, must be equal;
 2. the installed run's status says how fastree served it: ``native`` where the release's code is
    in the integration's ``KNOWN_CODE`` table (``fastree.integrations._known_<library>``), else
    ``fallback`` with the reason (the library's own functions, for every call); for flax, whose
@@ -54,6 +56,9 @@ LIBRARIES = {
     "equinox": ("0.13.", ["tests/test_equinox_integration.py"]),
     "chex": ("0.1.9", ["tests/test_chex_integration.py"]),
 }
+# library -> its programs (scripts/release_programs/<name>.py), each a row of the table: flax's
+# graph mode (nnx.split, nnx.jit), and its tree mode (the transforms with graph=False).
+PROGRAMS_OF = {"flax": ("flax_program", "flax_tree_program")}
 
 
 def _run(args: list[str], timeout: float, env: dict[str, str] | None = None,
@@ -95,8 +100,8 @@ def _clean_env(venv: Path) -> dict[str, str]:
     return env
 
 
-def _program(python: Path, library: str, installed: bool, env: dict[str, str]) -> tuple:
-    script = str(PROGRAMS / f"{library}_program.py")
+def _program(python: Path, program: str, installed: bool, env: dict[str, str]) -> tuple:
+    script = str(PROGRAMS / f"{program}.py")
     args = [str(python), "-m", "fastree.run", script] if installed else [str(python), script]
     r = _run(args, timeout=600, env=env, cwd=Path(tempfile.gettempdir()))
     if r.returncode != 0:
@@ -153,14 +158,16 @@ def _see_base_packages(base: str, venv: Path) -> None:
 
 
 def one_release(base: str, library: str, release: str, root: Path, tests: bool,
-                base_release: str | None) -> dict:
+                base_release: str | None) -> list[dict]:
+    """The release's rows: one per program of the library (PROGRAMS_OF), the integration's test
+    files run once, after the first."""
     venv = root / f"{library}-{release}"
     started = time.perf_counter()
     row = {"library": library, "release": release}
     if not (venv / "bin" / "python").exists():
         r = _run([base, "-m", "venv", "--without-pip", str(venv)], timeout=300)
         if r.returncode != 0:
-            return {**row, "outcome": "ERROR: venv", "detail": r.stderr[-300:]}
+            return [{**row, "outcome": "ERROR: venv", "detail": r.stderr[-300:]}]
         _see_base_packages(base, venv)
     python = venv / "bin" / "python"
     env = _clean_env(venv)
@@ -168,40 +175,68 @@ def one_release(base: str, library: str, release: str, root: Path, tests: bool,
               "--target", _own_site(python), "--upgrade", f"{library}=={release}"],
              timeout=600, env=env)
     if r.returncode != 0:
-        return {**row, "outcome": "ERROR: pip", "detail": r.stderr[-300:]}
-    plain, plain_error = _program(python, library, False, env)
-    installed, installed_error = _program(python, library, True, env)
+        return [{**row, "outcome": "ERROR: pip", "detail": r.stderr[-300:]}]
+    rows = []
+    for program in PROGRAMS_OF.get(library, (f"{library}_program",)):
+        row = {**row, "program": program}
+        compared = _compare(python, program, env)
+        if "why" not in compared:  # a program that could not run: no tests after it
+            rows.append({**row, **compared,
+                         "minutes": round((time.perf_counter() - started) / 60, 1)})
+            continue
+        if tests and not rows and compared["outcome"] != "DIFFERS":  # once, after the first
+            summaries = _tests(python, library, release, base_release, env)
+            if any(s.startswith("FAIL") for s in summaries):
+                compared["outcome"] = "tests fail"
+            compared["detail"] = "; ".join([compared["detail"]] * bool(compared["detail"])
+                                           + ["tests: " + " / ".join(s.removeprefix("FAIL ")
+                                                                      for s in summaries)])
+        rows.append({**row, **compared,
+                     "minutes": round((time.perf_counter() - started) / 60, 1)})
+    return rows
+
+
+def _compare(python: Path, program: str, env: dict[str, str]) -> dict:
+    """One program plain and installed: outcome, and (where both ran) why and detail."""
+    plain, plain_error = _program(python, program, False, env)
+    installed, installed_error = _program(python, program, True, env)
     if plain is None:
         outcome = "does not import" if installed is None else "DIFFERS"
-        return {**row, "outcome": outcome, "detail": f"plain: {plain_error[0][:150]}",
-                "minutes": round((time.perf_counter() - started) / 60, 1)}
+        return {"outcome": outcome, "detail": f"plain: {plain_error[0][:150]}"}
     if installed is None:
-        return {**row, "outcome": "DIFFERS", "detail": f"installed raises: "
-                f"{installed_error[0][:150]}"}
+        return {"outcome": "DIFFERS",
+                "detail": f"installed raises: {installed_error[0][:150]}"}
     status = installed.pop("status")
     plain.pop("status")
     served, why = _served(status)
     differ = sorted(k for k in plain if plain[k] != installed.get(k))
     outcome = f"{served}, identical" if not differ else "DIFFERS"
     detail = "" if not differ else f"steps differ: {', '.join(differ)}"
-    if tests and not differ:
-        if release == base_release:
-            detail = (detail + "; " if detail else "") + "tests: the main suite's"
-        else:
-            files = LIBRARIES[library][1]
-            summaries = []
-            for runner in ([], ["-m", "fastree.run"]):
-                # An older release warns about newer JAX names as it imports (flax 0.12.2:
-                # jax.core.Effect): the suite's "error" filter would stop at its import.
-                r = _run([str(python), *runner, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-W", "ignore::DeprecationWarning", *files], timeout=3600, env=env)
-                summary = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
-                summaries.append(summary.strip("= "))
-                if r.returncode not in (0, 5):
-                    outcome = "tests fail"
-            detail = (detail + "; " if detail else "") + "tests: " + " / ".join(summaries)
-    return {**row, "outcome": outcome, "why": why, "detail": detail,
-            "minutes": round((time.perf_counter() - started) / 60, 1)}
+    return {"outcome": outcome, "why": why, "detail": detail}
+
+
+def _tests(python: Path, library: str, release: str, base_release: str | None,
+           env: dict[str, str]) -> list[str]:
+    """The integration's test files plain and installed: their summaries ("FAIL " first where
+    they failed); the base's own release is the main suite's."""
+    if release == base_release:
+        return ["the main suite's"]
+    summaries = []
+    for runner in ([], ["-m", "fastree.run"]):
+        # An older release warns about newer JAX names as it imports (flax 0.12.2:
+        # jax.core.Effect): the suite's "error" filter would stop at its import.
+        r = _run([str(python), *runner, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                  "-W", "ignore::DeprecationWarning", *LIBRARIES[library][1]], timeout=3600,
+                 env=env)
+        summary = (r.stdout.strip().splitlines() or ["(no output)"])[-1].strip("= ")
+        summaries.append(("FAIL " if r.returncode not in (0, 5) else "") + summary)
+    return summaries
+
+
+def _label(row: dict) -> str:
+    """The table's library column: the library, and for flax's tree-mode program, the mode."""
+    tree = row.get("program", "").endswith("_tree_program")
+    return row["library"] + (" (tree mode)" if tree else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,13 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         pending = list(chosen)
         while pending:
             release = pending.pop(0)
-            row = one_release(args.python, library, release, args.venv_root,
-                              not args.no_tests, base_release)
-            rows.append(row)
-            print(f"{library} {release}: {row['outcome']}"
-                  + (f" (why: {row['why']})" if row.get("why") else "")
-                  + (f" ({row['detail']})" if row.get("detail") else ""), flush=True)
-            if args.ends and row["outcome"] == "does not import" and release == chosen[0]:
+            these = one_release(args.python, library, release, args.venv_root,
+                                not args.no_tests, base_release)
+            rows += these
+            for row in these:
+                print(f"{_label(row)} {release}: {row['outcome']}"
+                      + (f" (why: {row['why']})" if row.get("why") else "")
+                      + (f" ({row['detail']})" if row.get("detail") else ""), flush=True)
+            if args.ends and these[0]["outcome"] == "does not import" and release == chosen[0]:
                 # The oldest release that imports on this Python is the end worth running.
                 later = [r for r in releases_all[library] if _newer(r, release)
                          and _newer(chosen[-1], r)]
@@ -258,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| library | release | Python, jax | outcome | why | detail |\n"
           "|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['library']} | {row['release']} | {version} | {row['outcome']} | "
+        print(f"| {_label(row)} | {row['release']} | {version} | {row['outcome']} | "
               f"{row.get('why', '')} | {row.get('detail', '')} |")
     if temporary is not None:
         temporary.cleanup()
