@@ -194,7 +194,7 @@ Outcome ReadMemo(const AttrNode* node, PyObject* dict, PyObject* flags, PyObject
                  Py_ssize_t* order, bool* data, Py_ssize_t* n_out, Ref* data_keys,
                  Ref* static_keys) {
     const MappingLayout& m = *node->mapping;
-    PyObject* self = reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node));
+    [[maybe_unused]] PyObject* self = reinterpret_cast<PyObject*>(const_cast<AttrNode*>(node));
     bool fits = false;
     uint64_t version = 0;
     FASTREE_BEGIN_CRITICAL_SECTION2(self, flags);

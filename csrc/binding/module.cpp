@@ -193,6 +193,12 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used(), py::multiple_interpreters::not
         "Installs adopter(type) -> (flatten, unflatten) | None for types registered only in "
         "jaxlib's C++ registry.");
     m.def(
+        "set_library_adopter",
+        [](py::handle adopter) { registry::InstallLibraryAdopter(adopter.ptr()); },
+        py::arg("adopter"),
+        "Installs adopter(type, flatten, unflatten) -> bool, offered each type adopted from "
+        "JAX's Python-side registry: True once it registered an attribute node for it.");
+    m.def(
         "set_iterable_leaf_warning",
         [](py::handle types, py::handle warn) {
             if (!registry::InstallIterableLeafWarning(types.ptr(), warn.ptr())) {

@@ -67,6 +67,7 @@ int ModuleState::Traverse(visitproc visit, void* arg) const {
     Py_VISIT(registry.jax_flatten_with_keys.get());
     Py_VISIT(registry.jax_flatten_one_level.get());
     Py_VISIT(registry.jaxlib_adopter.get());
+    Py_VISIT(registry.library_adopter.get());
     Py_VISIT(registry.iterable_leaf_types.get());
     Py_VISIT(registry.iterable_leaf_warn.get());
     for (PyObject* old : registry.retired) Py_VISIT(old);
@@ -129,7 +130,7 @@ void ModuleState::Clear() {
     // them. Declared before the locks, so released after them.
     RegistryState::MemoTable memo;
     Ref on_type_death, jax_registry, jax_flatten_with_keys, jax_flatten_one_level;
-    Ref jaxlib_adopter, iterable_leaf_types, iterable_leaf_warn;
+    Ref jaxlib_adopter, library_adopter, iterable_leaf_types, iterable_leaf_warn;
     RefVector registry_retired;
     Ref sequence_cls, sequence_block, flattened_index_cls, flattened_index_block;
     Ref dict_cls, dict_maker, dict_block, dict_cache, getattr_cls, getattr_maker, getattr_block,
@@ -161,6 +162,7 @@ void ModuleState::Clear() {
         registry.jax_flatten_with_keys_now.store(nullptr, std::memory_order_relaxed);
         registry.jax_flatten_one_level_now.store(nullptr, std::memory_order_relaxed);
         jaxlib_adopter = std::move(registry.jaxlib_adopter);
+        library_adopter = std::move(registry.library_adopter);
         iterable_leaf_types = std::move(registry.iterable_leaf_types);
         iterable_leaf_warn = std::move(registry.iterable_leaf_warn);
         registry_retired.swap(registry.retired);

@@ -7,6 +7,7 @@
 #include "util/free_threading.h"
 #include "util/pyutils.h"
 
+#include <csignal>
 #include <initializer_list>
 #include <memory>
 #include <utility>
@@ -178,6 +179,47 @@ const Registration* AddAdopted(PyTypeObject* t, PyObject* flatten, PyObject* unf
     return out;
 }
 
+// The registration of `t` if it has one (registered here, or adopted).
+const Registration* Registered(PyTypeObject* t) {
+    RegistryState& s = S();
+    TableLock::Hold hold(s.lock);
+    auto it = s.registered.find(t);
+    return it != s.registered.end() ? it->second : nullptr;
+}
+
+// Classifying cannot fail (Classify has no error return), so an exception raised by the Python
+// code an adoption calls is not propagated from here. A KeyboardInterrupt is not lost: the
+// signal is raised again, and Python raises it at its next check (when the walk returns, or runs
+// a callback). Anything else is reported through sys.unraisablehook, naming the hook that
+// raised, and the type is read as if the hook had declined it.
+void SetAsideAdoptionError(PyObject* hook) {
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+        PyErr_SetInterruptEx(SIGINT);
+        return;
+    }
+    PyErr_WriteUnraisable(hook);
+}
+
+// Offers `t`, found in JAX's Python-side registry with these callbacks, to the library
+// integrations: a class that equinox, chex or flax registered with JAX while fastree was not
+// installed (flax's Variables, say) is then read natively by fastree's own functions too, as
+// `fastree.integrations.accelerate()` would make it. The hook registers the attribute node
+// itself; its registration, or null if it declined. Asked once per type (the adoption is
+// memoised).
+const Registration* AdoptThroughIntegrations(PyTypeObject* t, PyObject* flatten,
+                                             PyObject* unflatten) {
+    Ref adopter = Held(S().library_adopter);  // may be replaced while it runs
+    if (!adopter) return nullptr;
+    PyObject* args[3] = {reinterpret_cast<PyObject*>(t), flatten, unflatten};
+    Ref answer(PyObject_Vectorcall(adopter.get(), args, 3, nullptr));
+    if (!answer) {
+        SetAsideAdoptionError(adopter.get());
+        return nullptr;
+    }
+    return answer.get() == Py_True ? Registered(t) : nullptr;
+}
+
 // A type JAX knows through its Python-side registry: adopt its callbacks as a custom node.
 const Registration* AdoptFromJax(PyTypeObject* t) {
     // The lookup can run Python code (a metaclass's __hash__ or __eq__), which could replace the
@@ -192,9 +234,13 @@ const Registration* AdoptFromJax(PyTypeObject* t) {
         return nullptr;
     }
     Ref entry(found);
-    // _RegistryEntry(to_iter, from_iter) is a namedtuple.
+    // _RegistryEntry(to_iter, from_iter) is a namedtuple. Its items are borrowed while `entry`
+    // is held: a tuple's items never change.
     if (!PyTuple_Check(entry.get()) || PyTuple_GET_SIZE(entry.get()) < 2) return nullptr;
-    return AddAdopted(t, PyTuple_GET_ITEM(entry.get(), 0), PyTuple_GET_ITEM(entry.get(), 1));
+    PyObject* flatten = PyTuple_GET_ITEM(entry.get(), 0);
+    PyObject* unflatten = PyTuple_GET_ITEM(entry.get(), 1);
+    if (const Registration* r = AdoptThroughIntegrations(t, flatten, unflatten)) return r;
+    return AddAdopted(t, flatten, unflatten);
 }
 
 // A type registered only in jaxlib's C++ registry (default_registry.register_node or
@@ -204,6 +250,10 @@ const Registration* AdoptFromJaxlib(PyTypeObject* t) {
     Ref adopter = Held(S().jaxlib_adopter);  // may be replaced while it runs
     if (!adopter) return nullptr;
     Ref answer(PyObject_CallOneArg(adopter.get(), reinterpret_cast<PyObject*>(t)));
+    if (!answer && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        SetAsideAdoptionError(adopter.get());  // raised again, not lost
+        return nullptr;
+    }
     if (!answer || !PyTuple_Check(answer.get()) || PyTuple_GET_SIZE(answer.get()) != 2) {
         PyErr_Clear();  // classifying cannot fail: the type stays a leaf, as before
         return nullptr;
@@ -221,14 +271,6 @@ bool IsWarnedIterable(PyTypeObject* t) {
         if (PyType_IsSubtype(t, warned)) return true;
     }
     return false;
-}
-
-// The registration of `t` if it has one (registered here, or adopted).
-const Registration* Registered(PyTypeObject* t) {
-    RegistryState& s = S();
-    TableLock::Hold hold(s.lock);
-    auto it = s.registered.find(t);
-    return it != s.registered.end() ? it->second : nullptr;
 }
 
 // The answer for `t`, looked up without the memo. Takes the lock only for its table reads and
@@ -468,6 +510,15 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
         PublishLocked(s, dd_reg, dropped_too);
     }
     return true;
+}
+
+void InstallLibraryAdopter(PyObject* adopter) {
+    RegistryState& s = S();
+    Ref replaced = OptionalRef(adopter);  // the old one after the swap, released after the lock
+    MemoTable dropped;
+    TableLock::Hold hold(s.lock);
+    std::swap(s.library_adopter, replaced);
+    DropMemoLocked(s, dropped);
 }
 
 void InstallJaxlibAdopter(PyObject* adopter) {

@@ -228,6 +228,10 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
 // Installs the Python layer's adopter for types registered only in jaxlib's C++ registry:
 // adopter(type) -> (flatten, unflatten) or None. Asked once per type (memoised).
 void InstallJaxlibAdopter(PyObject* adopter);
+// Installs the library integrations' adopter for types found in JAX's Python-side registry:
+// adopter(type, flatten, unflatten) -> True once it registered an attribute node for the type,
+// else False. Asked once per type (memoised); null or None uninstalls it.
+void InstallLibraryAdopter(PyObject* adopter);
 
 // Installs the leaf types JAX warns about (a tuple of types; None: JAX does not warn) and
 // warn(leaf), which issues JAX's DeprecationWarning. False with an error set if `types` is not

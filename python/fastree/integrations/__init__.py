@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked
+from . import _checked, _library
 
 # (module whose presence shows the library is loaded, fastree integration module)
 _LIBRARIES = (
@@ -68,6 +68,24 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
             return None
         return node
     return None
+
+
+def _adopt(cls: type, flatten: Any, unflatten: Any) -> bool:
+    """The core's question for a class it meets that JAX holds in its Python-side registry: the
+    class is registered with fastree as a native node if a loaded library's integration reads it
+    (True), else the core adopts JAX's functions for it (False).
+
+    This is :func:`accelerate` for one class, done when fastree's walks first meet it: classes a
+    library registered while fastree was not installed (flax's Variables when a program uses
+    ``fastree.tree_util`` directly) are read natively by fastree's own functions, as JAX reads
+    them with the library's. Asked once per class; costs nothing while no library is loaded.
+    """
+    if not any(marker in sys.modules for marker, _ in _LIBRARIES):
+        return False
+    return _library.adopt_with(native_node, cls, flatten, unflatten)
+
+
+_core.set_library_adopter(_adopt)
 
 
 def accelerate() -> list[type]:

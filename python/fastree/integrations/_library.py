@@ -10,21 +10,43 @@ from ..jax_interop import compat as _jax_compat
 
 
 def accelerate_with(native_node: Callable[[type, Any, Any, Any], Any]) -> list[type]:
-    """Registers with fastree's core (only) the classes JAX holds that ``native_node`` takes.
+    """The classes JAX holds with their library's own functions that fastree's core reads as
+    the attribute nodes ``native_node`` offers, each registered with the core (only) if it was
+    not yet.
 
-    JAX keeps its registration (it refuses a second one); fastree's own functions read the
-    classes natively from then on. Returns the classes changed. JAX from 0.10 keeps a class's
-    with-keys function in jaxlib only: ``native_node`` is then given None for it.
+    JAX keeps its registration (it refuses a second one). fastree's walks make such a class
+    native when they first meet it (``fastree.integrations._adopt``); this does it for all of
+    them at once, and also for a class the core adopted with JAX's functions before its
+    integration could answer.
     """
-    changed = []
+    native = []
     for cls in _jax_compat.jax_registered_types():
         entry = _jax_compat.jax_registry_entry(cls)
-        if entry is None or _core.attribute_node(cls) is not None:
+        if entry is None:
             continue
-        keyed = _jax_compat.jax_keypath_registry_entry(cls)
-        flatten_with_keys = keyed.flatten_with_keys if keyed is not None else None
-        node = native_node(cls, flatten_with_keys, entry.from_iter, entry.to_iter)
-        if node is not None:
-            _core.register_attribute_node(node)
-            changed.append(cls)
-    return changed
+        node = _core.attribute_node(cls)  # classifying it offers it to the integrations first
+        if node is None:
+            if not adopt_with(native_node, cls, entry.to_iter, entry.from_iter):
+                continue
+        elif entry.to_iter == node.flatten or node.use_library:
+            continue  # registered through install (JAX reads it natively too), or given up
+        native.append(cls)
+    return native
+
+
+def adopt_with(
+    native_node: Callable[[type, Any, Any, Any], Any], cls: type, flatten: Any, unflatten: Any
+) -> bool:
+    """Registers with fastree's core (only) ``cls``, which JAX holds with these functions, as the
+    attribute node ``native_node`` offers for it; False if it offers none.
+
+    JAX from 0.10 keeps a class's with-keys function in jaxlib only: ``native_node`` is then
+    given None for it.
+    """
+    keyed = _jax_compat.jax_keypath_registry_entry(cls)
+    flatten_with_keys = keyed.flatten_with_keys if keyed is not None else None
+    node = native_node(cls, flatten_with_keys, unflatten, flatten)
+    if node is None:
+        return False
+    _core.register_attribute_node(node)
+    return True
