@@ -7,8 +7,8 @@
 #   scripts/run_sanitized_tests.sh tests/test_fuzz.py -k pickle   # any pytest arguments
 #
 # The developer's own install (editable or not) is left untouched: the sanitized build goes to
-# `pip install --target $WORK/site`, and that directory is put first on PYTHONPATH. The build
-# directory (build-asan/, git-ignored) persists so a second run only recompiles what changed.
+# `pip install --target $WORK/site`, put first on PYTHONPATH (scripts/_sanitized_site.sh). The
+# build directory (build-asan/, git-ignored) persists so a second run only recompiles what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,26 +21,13 @@ SITE="$WORK/site"
 LOGS="$WORK/logs"
 mkdir -p "$SITE" "$LOGS"
 
-# RelWithDebInfo and no stripping (pybind11 strips Release modules) so reports name file:line.
-# --no-build-isolation keeps build-asan/ reusable between runs; it needs the build requirements in
-# the current environment (CI only gets them inside `pip install .`'s isolated build env), CMake and
-# Ninja included: a fresh venv has neither, and the machine has no system CMake.
+# --no-build-isolation (scripts/_sanitized_site.sh) needs the build requirements in the current
+# environment (CI only gets them inside `pip install .`'s isolated build env), CMake and Ninja
+# included: a fresh venv has neither, and the machine has no system CMake.
 "$PYTHON" -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=3.0.1" cmake ninja
-echo "== building the sanitized extension (build-asan/)"
-"$PYTHON" -m pip install --quiet --no-deps --no-build-isolation --target "$SITE" \
-    -Cbuild-dir=build-asan -Ccmake.define.FASTREE_SANITIZE=ON \
-    -Ccmake.build-type=RelWithDebInfo -Cinstall.strip=false .
-
-# An editable install of fastree registers an import hook (a meta-path finder, from a .pth file)
-# that wins over PYTHONPATH. sitecustomize runs after .pth files, in this process and in every
-# subprocess the tests start, so it can take that hook out and let PYTHONPATH decide.
-cat > "$SITE/sitecustomize.py" <<'EOF'
-import sys
-
-sys.meta_path[:] = [
-    f for f in sys.meta_path if not type(f).__module__.startswith("_editable_skbc_fastree")
-]
-EOF
+# shellcheck source=scripts/_sanitized_site.sh
+source scripts/_sanitized_site.sh
+build_sanitized_site "$PYTHON" "$SITE" build-asan FASTREE_SANITIZE=ON
 
 # The ASan runtime must be the first library in the process, and python itself is not built
 # with it, so it is preloaded; the UBSan runtime is pulled in by _core's own link line.
@@ -54,7 +41,6 @@ export LD_PRELOAD="$LIBASAN $LIBSTDCXX"
 export FASTREE_SANITIZED=1
 # Only the CPU backend: no probing for TPU/GPU plugins (slow, and irrelevant to fastree).
 export JAX_PLATFORMS=cpu
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 # Route object allocations through malloc so ASan sees them (pymalloc's arenas would hide
 # use-after-free and overflows of Python objects).
 export PYTHONMALLOC=malloc
@@ -66,11 +52,7 @@ export PYTHONMALLOC=malloc
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$LOGS/asan"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$LOGS/ubsan"
 
-CORE=$("$PYTHON" -c "import fastree._core as c; print(c.__file__)")
-case "$CORE" in
-    "$SITE"/*) echo "== testing $CORE" ;;
-    *) echo "error: imported $CORE instead of the sanitized build in $SITE" >&2; exit 1 ;;
-esac
+check_sanitized_core "$PYTHON" "$SITE"
 
 # ASan's instrumented frames are several times larger than a release build's, and the suite's
 # deepest walks are deep: importing flax.nnx (treescope) raises the recursion limit to 3000, and

@@ -21,8 +21,8 @@
 #
 # The test dependencies are the `test-free-threaded` extra and fastree's own dependencies, wheels
 # only (pyproject.toml); fastree itself is built from this checkout into a throw-away
-# `pip install --target` directory, put first on PYTHONPATH. The build directory (build-tsan/,
-# git-ignored) persists so a second run only recompiles what changed.
+# `pip install --target` directory, put first on PYTHONPATH (scripts/_sanitized_site.sh). The
+# build directory (build-tsan/, git-ignored) persists so a second run only recompiles what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(realpath -m "${ROOT:-./cp313t-tsan}")
@@ -53,33 +53,15 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["test
 # The build requirements too: --no-build-isolation (below) keeps build-tsan/ reusable.
 "$PY" -m pip install --quiet --only-binary=:all: "${deps[@]}" \
   "scikit-build-core>=0.10" "pybind11>=3.0.1" cmake ninja
-echo "== building the ThreadSanitizer extension (build-tsan/)"
-# RelWithDebInfo and no stripping (pybind11 strips Release modules) so reports name file:line.
-"$PY" -m pip install --quiet --no-deps --no-build-isolation --target "$SITE" \
-  -Cbuild-dir=build-tsan -Ccmake.define.FASTREE_SANITIZE_THREAD=ON \
-  -Ccmake.build-type=RelWithDebInfo -Cinstall.strip=false .
-
-# An editable install of fastree in the venv would register an import hook that wins over
-# PYTHONPATH; sitecustomize runs after .pth files, here and in every child interpreter, and takes
-# it out (as scripts/run_sanitized_tests.sh does).
-cat > "$SITE/sitecustomize.py" <<'EOF'
-import sys
-
-sys.meta_path[:] = [
-    f for f in sys.meta_path if not type(f).__module__.startswith("_editable_skbc_fastree")
-]
-EOF
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=scripts/_sanitized_site.sh
+source scripts/_sanitized_site.sh
+build_sanitized_site "$PY" "$SITE" build-tsan FASTREE_SANITIZE_THREAD=ON
 # Only the CPU backend: no probing for TPU/GPU plugins (slow, and irrelevant to fastree).
 export JAX_PLATFORMS=cpu
 # The interpreter's default, off: fastree declares Py_mod_gil, so importing it keeps it off.
 unset PYTHON_GIL
 
-CORE=$("$PY" -c "import fastree._core as c; print(c.__file__)")
-case "$CORE" in
-  "$SITE"/*) echo "== testing $CORE" ;;
-  *) echo "error: imported $CORE instead of the ThreadSanitizer build in $SITE" >&2; exit 1 ;;
-esac
+check_sanitized_core "$PY" "$SITE"
 
 # halt_on_error=0: every race in a run is reported, not only the first; exitcode=66 (TSan's own)
 # makes a process that reported one fail, which an `isolated` child's test shows. Reports go to
