@@ -210,19 +210,20 @@ inline bool CopyItemsIfSize(PyObject* seq, Py_ssize_t n, PyObject** dest) {
     return same;
 }
 
-#if PY_VERSION_HEX >= 0x030C0000
-// Nesting depth of the RecursionGuards active on this thread (see below).
-inline thread_local int g_guard_depth = 0;
-#endif
-
 // Py_EnterRecursiveCall/Py_LeaveRecursiveCall as a scope guard, so that deep or cyclic input
 // raises RecursionError instead of overflowing the C stack.
 //
-// Up to 3.11 that check is sys.setrecursionlimit's. From 3.12 Py_EnterRecursiveCall counts
-// against a fixed C-stack budget instead and ignores the recursion limit, so on those versions
-// the guard also counts its own nesting against sys.getrecursionlimit(): a lowered limit is
-// honoured as it is by JAX on 3.11; a raised one still cannot lift CPython's C budget (1,500
-// levels in 3.12.1, 10,000 in 3.13.0), which is what keeps the stack safe.
+// Up to 3.11 one counter per thread served both checks: sys.setrecursionlimit's, shared by
+// Python frames and C recursion alike. From 3.12 Py_EnterRecursiveCall counts against a C-stack
+// budget (3.12, 3.13: c_recursion_remaining; 3.14: the stack pointer) and ignores the limit,
+// which CPython applies to Python frames only, through the thread state's py_recursion_remaining.
+// On those versions the guard counts its level on that counter too: a walk's depth plus the
+// Python frames under it is bounded by the limit, as on 3.11 (and as JAX is there). A lowered
+// limit is honoured, sys.setrecursionlimit moves a running walk's budget as it moves Python's,
+// and a raised one still cannot lift CPython's C budget (1,500 levels in 3.12.1, 10,000 in
+// 3.13.0), which is what keeps the stack safe. (Before, the guard kept its own nesting count in
+// a thread_local compared with Py_GetRecursionLimit(): a __tls_get_addr call and a function
+// call per level, in a shared library's general-dynamic TLS model.)
 //
 // A walk passes the thread state it read once (PyThreadState_Get is a call). On 3.11 to 3.13
 // the guard then does what CPython's own inline _Py_EnterRecursiveCallTstate does, on the
@@ -243,21 +244,26 @@ inline int& RecursionRemaining(PyThreadState* thread) {
 #endif
 }
 #endif
+#if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
+#define FASTREE_COUNTS_PY_RECURSION 1
+#endif
 
 class RecursionGuard {
  public:
     explicit RecursionGuard(const char* where) : RecursionGuard(PyThreadState_Get(), where) {}
     // `thread`: the calling thread's state (PyThreadState_Get()).
-    RecursionGuard(PyThreadState* thread, const char* where) {
-#if PY_VERSION_HEX >= 0x030C0000
-        if (g_guard_depth >= Py_GetRecursionLimit()) {
+    RecursionGuard(PyThreadState* thread, const char* where) : thread_(thread) {
+#ifdef FASTREE_COUNTS_PY_RECURSION
+        // As CPython's own check of a Python call (_Py_EnterRecursivePy): the level is refused
+        // when no Python level is left.
+        if (thread->py_recursion_remaining <= 0) {
             PyErr_Format(PyExc_RecursionError, "maximum recursion depth exceeded%s", where);
             ok_ = false;
             return;
         }
+        --thread->py_recursion_remaining;
 #endif
 #ifdef FASTREE_INLINE_RECURSION_COUNT
-        thread_ = thread;
         int& remaining = RecursionRemaining(thread);
         if (remaining > 1) {  // CPython's own check would pass: count the level as it does
             --remaining;
@@ -266,11 +272,10 @@ class RecursionGuard {
             ok_ = Py_EnterRecursiveCall(where) == 0;
         }
 #else
-        (void)thread;
         ok_ = Py_EnterRecursiveCall(where) == 0;
 #endif
-#if PY_VERSION_HEX >= 0x030C0000
-        if (ok_) ++g_guard_depth;
+#ifdef FASTREE_COUNTS_PY_RECURSION
+        if (!ok_) ++thread->py_recursion_remaining;
 #endif
     }
     ~RecursionGuard() {
@@ -280,8 +285,8 @@ class RecursionGuard {
 #else
         Py_LeaveRecursiveCall();
 #endif
-#if PY_VERSION_HEX >= 0x030C0000
-        --g_guard_depth;
+#ifdef FASTREE_COUNTS_PY_RECURSION
+        ++thread_->py_recursion_remaining;
 #endif
     }
     RecursionGuard(const RecursionGuard&) = delete;
@@ -289,10 +294,8 @@ class RecursionGuard {
     bool ok() const { return ok_; }
 
  private:
+    [[maybe_unused]] PyThreadState* thread_;
     bool ok_;
-#ifdef FASTREE_INLINE_RECURSION_COUNT
-    PyThreadState* thread_;
-#endif
 };
 
 // repr(obj) appended to *out. Returns false with the Python error set (PyTreeDef.__repr__
