@@ -304,7 +304,6 @@ class Walk {
     }
 
     Step GraphOrPytreeNode(PyObject* node, PyObject* entry, int kind) {
-        const Names* n = GetNames();
         const bool is_graph = IsGraphKind(kind);
         Ref index = is_graph ? AddRef(node) : Ref::FromBorrowed(Py_None);
         if (!index) return kFailed;
