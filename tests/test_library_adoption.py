@@ -95,13 +95,10 @@ def test_an_error_in_the_adopter_is_reported_and_the_class_read_with_jaxs_functi
     assert reported[0].object is broken
 
 
-def test_a_keyboard_interrupt_in_the_adopter_is_raised_again_after_the_walk():
-    # Its own process: the interrupt is re-armed as a signal, which the main thread raises at its
-    # next check, as the walk returns.
-    seen = run_json_program("""
+# The start of the child programs below: a node registered with JAX only, then fastree imported.
+_BOX_PROGRAM = """
 import json
 import jax
-from fastree import _core
 import fastree.tree_util as ftu
 
 class Box:
@@ -110,6 +107,14 @@ class Box:
 
 jax.tree_util.register_pytree_node(
     Box, lambda b: (b.items, None), lambda _, items: Box(*items))
+"""
+
+
+def test_a_keyboard_interrupt_in_the_adopter_is_raised_again_after_the_walk():
+    # Its own process: the interrupt is re-armed as a signal, which the main thread raises at its
+    # next check, as the walk returns.
+    seen = run_json_program(_BOX_PROGRAM + """
+from fastree import _core
 
 def interrupted(cls, flatten, unflatten):
     raise KeyboardInterrupt
@@ -129,17 +134,8 @@ print(json.dumps({"outcome": outcome, "leaves": leaves}))
 
 
 def test_without_a_loaded_library_no_integration_is_imported():
-    seen = run_json_program("""
-import json, sys
-import jax
-import fastree.tree_util as ftu
-
-class Box:
-    def __init__(self, *items):
-        self.items = items
-
-jax.tree_util.register_pytree_node(
-    Box, lambda b: (b.items, None), lambda _, items: Box(*items))
+    seen = run_json_program(_BOX_PROGRAM + """
+import sys
 leaves = ftu.tree_leaves([Box(1, Box(2)), 3])
 loaded = sorted(m for m in sys.modules
                 if m.split(".")[0] in ("flax", "equinox", "chex")

@@ -512,22 +512,27 @@ bool InstallJax(PyObject* jax_registry_dict, PyObject* jax_flatten_one_level,
     return true;
 }
 
-void InstallLibraryAdopter(PyObject* adopter) {
+namespace {
+
+// Installs `adopter` (null or None: none) as the registry's hook `field`, and drops the memo: a
+// type classified without it may now be answered otherwise.
+void InstallAdopter(Ref RegistryState::*field, PyObject* adopter) {
     RegistryState& s = S();
     Ref replaced = OptionalRef(adopter);  // the old one after the swap, released after the lock
     MemoTable dropped;
     TableLock::Hold hold(s.lock);
-    std::swap(s.library_adopter, replaced);
+    std::swap(s.*field, replaced);
     DropMemoLocked(s, dropped);
 }
 
+}  // namespace
+
+void InstallLibraryAdopter(PyObject* adopter) {
+    InstallAdopter(&RegistryState::library_adopter, adopter);
+}
+
 void InstallJaxlibAdopter(PyObject* adopter) {
-    RegistryState& s = S();
-    Ref replaced = OptionalRef(adopter);  // the old one after the swap, released after the lock
-    MemoTable dropped;
-    TableLock::Hold hold(s.lock);
-    std::swap(s.jaxlib_adopter, replaced);
-    DropMemoLocked(s, dropped);
+    InstallAdopter(&RegistryState::jaxlib_adopter, adopter);
 }
 
 bool InstallIterableLeafWarning(PyObject* types, PyObject* warn) {

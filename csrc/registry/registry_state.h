@@ -81,9 +81,9 @@ struct RegistryState {
     // Read under the lock, with a new reference, and called after unlocking: a replacement
     // releases the old one at once, on every build.
     Ref jaxlib_adopter;  // type -> (flatten, unflatten) | None
-    // (type, flatten, unflatten) -> None, for a type adopted from JAX's Python-side registry:
-    // the library integrations register an attribute node for it if one reads it natively
-    // (python/fastree/integrations/__init__.py, adopt). Read as jaxlib_adopter is.
+    // (type, flatten, unflatten) -> bool, for a type adopted from JAX's Python-side registry:
+    // the library integrations register an attribute node for it if one reads it natively, and
+    // say True (python/fastree/integrations/__init__.py, _adopt). Read as jaxlib_adopter is.
     Ref library_adopter;
     // The leaf types the installed JAX warns about (jaxlib 0.10.1+: iterators, dict_values, ...):
     // a tuple of types, or null where JAX does not warn; and warn(leaf), which issues the warning.
