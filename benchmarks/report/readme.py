@@ -203,7 +203,7 @@ def _provenance(result: RunResult, published: str) -> list[str]:
     runs = result.pooled_runs
     return [
         f"**The published run**: `{result.settings.get('command', '?')}` on {env.get('date', '?')}"
-        + (f", {runs} runs pooled, one after another," if runs > 1 else "")
+        + (f", {runs} runs pooled, one after another" if runs > 1 else "")
         + f", {result.duration_s / 60:.1f} minutes"
         + (" in all" if runs > 1 else "")
         + (f", fastree at {revision}" if revision else "")
