@@ -91,7 +91,8 @@ def test_checks_blame_no_class_without_a_difference():
     assert plain["count"] == 3
     assert status == {"flatten": "native", "unflatten": "native",
                       "unflatten_into_existing": "native", "update": "native",
-                      "_merge_to_flat_state": "native"}, status
+                      "_merge_to_flat_state": "native",
+                      "check_no_aliases": "native"}, status
 
 
 _ARRAY_REFS = r"""
@@ -152,4 +153,5 @@ def test_updates_of_array_ref_variables_stay_native():
     assert len(set(plain["losses"])) == 3  # each step changed the model
     assert status == {"flatten": "native", "unflatten": "native",
                       "unflatten_into_existing": "native", "update": "native",
-                      "_merge_to_flat_state": "native"}, status
+                      "_merge_to_flat_state": "native",
+                      "check_no_aliases": "native"}, status

@@ -402,7 +402,8 @@ def test_public_functions_equal_plain_runs():
     # flax's result) would show here as a class or function left to flax.
     assert installed["status"] == {"flatten": "native", "unflatten": "native",
                                    "unflatten_into_existing": "native", "update": "native",
-                                   "_merge_to_flat_state": "native"}, installed["status"]
+                                   "_merge_to_flat_state": "native",
+                      "check_no_aliases": "native"}, installed["status"]
     assert set(plain["views"]) >= {
         "shared",
         "cycle",

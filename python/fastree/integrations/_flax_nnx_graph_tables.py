@@ -108,6 +108,9 @@ class Graph(CheckTables):
         self.flax_unflatten = graphlib.unflatten
         self.flax_update = graphlib._graph_update_dynamic
         self.flax_merge_leaves = graphlib._merge_to_flat_state
+        # The transforms' alias check (tree mode), where its module is loaded.
+        self.flax_check_no_aliases = getattr(sys.modules.get("flax.nnx.extract"),
+                                             "check_no_aliases", None)
         self.variable = variablelib.Variable
         self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
         pytree_namespace = vars(pytreelib.Pytree)

@@ -14,7 +14,9 @@ is missing here keep flax's own functions: 0.12.1 to 0.12.4 (no graphlib), 0.12.
 ``unflatten`` without ``recreate_variables``, and four more differences). 0.12.10 and 0.12.12
 differ from 0.12.8 only in ``Variable._check_can_update`` (``self.hijax`` became ``self.ref``),
 which the C update calls unless the Variable's trace is plainly the current one, where both
-versions allow the update. docs/porting-library-integrations.md says how to add a release.
+versions allow the update. 0.12.7's ``extract.check_no_aliases`` is an older function (a
+namedtuple per call, ``check_can_update=``) and it has no ``labeled``: there the transforms' alias
+check stays flax's (``flax_nnx_graph.WALKS["check_no_aliases"]``). docs/porting-library-integrations.md says how to add a release.
 """
 
 from ._mirrored_code import known_code_table
@@ -75,6 +77,10 @@ flax.nnx.variablelib:Variable._check_can_update       832b0f6db2025e37 0.12.7 0.
 flax.nnx.statelib:FlatState                           dc066da632fe00d7 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.statelib:State.__init__                      554ea4e74c1d62f4 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.variablelib:Variable._check_can_update       20874c8a3f904bda 0.12.10 0.12.12
+flax.nnx.extract:check_no_aliases                     2ad4e50f79d6b0b8 0.12.8 0.12.10 0.12.12
+flax.nnx.extract:labeled                              da066a5c6eefac39 0.12.8 0.12.10 0.12.12
+flax.nnx.variablelib:VariableMeta                     098e50f5b31d1c5d 0.12.7 0.12.8 0.12.10 0.12.12
+flax.nnx.variablelib:HijaxVariableMeta                997600b88663dfc7 0.12.7 0.12.8 0.12.10 0.12.12
 """
 
 # {releases with the same code ("0.12.7, 0.12.8"): {module:qualname: fingerprint}}, read from CODE.

@@ -37,6 +37,7 @@ from . import _flax_nnx_graph_compare as _compare  # noqa: F401 - tests patch it
 from . import _flax_nnx_graph_kinds as _kinds
 from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
+from ._flax_nnx_alias_check import make_check_no_aliases
 from ._flax_nnx_graph_flatten import make_flatten
 from ._flax_nnx_graph_kinds import (  # noqa: F401 - the kinds, by name, for callers
     ARRAY_LEAF,
@@ -59,6 +60,7 @@ from ._flax_nnx_graph_update import make_merge_leaves, make_update
 
 
 _GRAPHLIB = "flax.nnx.graphlib"
+_EXTRACT = "flax.nnx.extract"
 # What the graph walks reproduce (csrc/nnx/nnx_graph_*.cpp; docs/porting-library-integrations.md
 # says which C++ function mirrors which): served only where every one is code of a release in
 # _known_flax.KNOWN_CODE, and only while none of them is replaced (checked at each call).
@@ -80,6 +82,9 @@ MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
                                   "Variable.from_metadata", "Variable.update_from_state",
                                   "Variable.set_raw_value", "Variable._check_can_update")),
         ("flax.nnx.statelib", ("FlatState", "State.__init__")),
+        # The transforms' alias check (tree mode): _flax_nnx_alias_check.
+        ("flax.nnx.extract", ("check_no_aliases", "labeled")),
+        ("flax.nnx.variablelib", ("VariableMeta", "HijaxVariableMeta")),
     ) for name in names
 )
 # What each native walk depends on, by name (MIRRORED's and tree mode's): the functions and classes
@@ -127,13 +132,20 @@ WALKS: dict[str, frozenset[str]] = {
     # its check runs flax's _merge_to_flat_state alone.
     "_merge_to_flat_state": frozenset(_SHARED + ("_merge_to_flat_state", "FlatState",
                                                  "State.__init__")),
+    # extract.check_no_aliases (every tree-mode transform's argument check): fastree's key-path
+    # walk with flax's predicate answered without its Python __instancecheck__; flax's function
+    # for an alias's error and for the first calls' check.
+    "check_no_aliases": frozenset(("check_no_aliases", "labeled", "VariableMeta",
+                                   "HijaxVariableMeta")),
 }
 # graphlib's function each walk replaces (both unflattens are one function's two cases).
 _BINDS = {"flatten": "flatten", "unflatten": "unflatten", "unflatten_into_existing": "unflatten",
-          "update": "_graph_update_dynamic", "_merge_to_flat_state": "_merge_to_flat_state"}
+          "update": "_graph_update_dynamic", "_merge_to_flat_state": "_merge_to_flat_state",
+          "check_no_aliases": "check_no_aliases"}
 # The mirrored functions attach() replaces by its own: identity checks skip them.
 _REPLACED = frozenset(f"{_GRAPHLIB}:{name}" for name in
-                      ("flatten", "unflatten", "_graph_update_dynamic", "_merge_to_flat_state"))
+                      ("flatten", "unflatten", "_graph_update_dynamic", "_merge_to_flat_state")
+                      ) | {f"{_EXTRACT}:check_no_aliases"}
 
 
 def walk_mirrored(walk: str) -> tuple[_mirrored_code.Mirrored, ...]:
@@ -190,7 +202,10 @@ def attach() -> bool:
     """
     global _graph, _verdict, _bound
     graphlib = sys.modules.get(_GRAPHLIB)
-    if _bound or graphlib is None:
+    # extract (the transforms' alias check) loads after graphlib, within flax.nnx's own import,
+    # and registers classes of its own while it loads: waiting until it has loaded lets every
+    # walk's code be judged at once (a later class registration, or the install, attaches).
+    if _bound or graphlib is None or not _loaded(_EXTRACT):
         return _bound
     if not _flax_nnx_shared.known_code():
         return False
@@ -232,13 +247,26 @@ def attach() -> bool:
         makers = {"flatten": (graph.flax_flatten, make_flatten),
                   "unflatten": (graph.flax_unflatten, make_unflatten),
                   "_graph_update_dynamic": (graph.flax_update, make_update),
-                  "_merge_to_flat_state": (graph.flax_merge_leaves, make_merge_leaves)}
+                  "_merge_to_flat_state": (graph.flax_merge_leaves, make_merge_leaves),
+                  "check_no_aliases": (graph.flax_check_no_aliases, _make_alias_check)}
         graph.replacements = {name: (theirs, make(graph))
                               for name, (theirs, make) in makers.items() if name in served}
         _rebind(graph.replacements, to_ours=True)
         _graph = graph
         _bound = True
     return True
+
+
+def _loaded(module_name: str) -> bool:
+    # Imported and done: importlib marks a module's spec `_initializing` while its code runs.
+    module = sys.modules.get(module_name)
+    return module is not None and not getattr(getattr(module, "__spec__", None),
+                                              "_initializing", False)
+
+
+def _make_alias_check(graph: Graph) -> Any:
+    return make_check_no_aliases(graph, sys.modules[_EXTRACT],
+                                 sys.modules["flax.nnx.variablelib"], sys.modules["jax"].core)
 
 
 def _recognise_walks() -> _mirrored_code.Verdict:
@@ -280,7 +308,7 @@ def detach() -> None:
 def _rebind(replacements: dict[str, tuple[Any, Any]], *, to_ours: bool) -> None:
     # nnx re-exports the functions (flax.nnx.flatten, flax.nnx.graph, compat): each name bound to
     # the other side's function is rebound; graphlib's own callers read the module globals.
-    for module_name in (_GRAPHLIB, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
+    for module_name in (_GRAPHLIB, _EXTRACT, "flax.nnx", "flax.nnx.graph", "flax.nnx.compat"):
         module = sys.modules.get(module_name)
         if module is None:
             continue
@@ -315,7 +343,7 @@ def status() -> dict[str, str]:
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
-    ['_merge_to_flat_state', 'flatten', 'unflatten', 'unflatten_into_existing', 'update']
+    ['_merge_to_flat_state', 'check_no_aliases', 'flatten', 'unflatten', 'unflatten_into_existing', 'update']
     """
     graph = _graph
     if graph is None or not _bound:

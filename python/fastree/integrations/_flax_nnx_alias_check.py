@@ -1,0 +1,105 @@
+"""flax's ``extract.check_no_aliases`` served by fastree's own key-path walk: the function attach
+binds (:func:`make_check_no_aliases`).
+
+Every tree-mode transform (``nnx.jit(graph=False)``, ``nnx.grad``, ``nnx.vmap``, ...) calls it
+on its arguments at each call: a ``jax.tree.leaves_with_path`` with the predicate
+``lambda x: isinstance(x, variablelib.Variable)``, then a Python loop over the leaves. Installed,
+the walk is already fastree's, but the predicate runs at every node, and ``Variable``'s metaclass
+answers ``isinstance`` in Python (``VariableMeta.__instancecheck__``, which asks about
+``HijaxVariable`` through a second Python ``__instancecheck__``). On a 20-block MLP with its adam
+optimizer that check was two thirds of an installed ``nnx.jit(graph=False)`` call.
+
+Here the same walk runs with a predicate that gives the same answer for every object at a
+fraction of the cost (:func:`_variable_check`), and the loop's result is built by dict and set
+operations. Exact, or flax's own function:
+
+- ``check=`` given (the transforms' checks of their outputs, at trace time), a walk that is off
+  (``flax_nnx_graph.status()``), or a ``gc.callbacks`` function of the user's: flax's function.
+- A Variable met twice (an alias): flax's function runs on the same arguments and raises its own
+  error, with its own message.
+- The first calls (:data:`_CHECKED_CALLS`) also run flax's function and compare: the same paths,
+  in the same order, each with the same Variable object. On a difference flax's result is
+  returned, and the walk is flax's from then on (``status()`` says why).
+
+Nothing here imports flax or jax: attach passes the modules it found loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+from .. import tree_util as _tree_util
+from ._flax_nnx_graph_tables import Graph, served_now
+
+# How many calls also run flax's check and compare results.
+_CHECKED_CALLS = 3
+
+WALK = "check_no_aliases"
+
+
+def _variable_check(variablelib: Any, jax_core: Any) -> Any:
+    """``isinstance(x, variablelib.Variable)`` as flax's predicate answers it, for one call.
+
+    ``VariableMeta.__instancecheck__`` answers True where ``type.__instancecheck__`` does (its
+    ``super()`` call); else it looks for a ``jax.core.Tracer`` (``jax.typeof``) or a
+    ``HijaxVariable`` (whose metaclass asks ``type.__instancecheck__`` and about tracers again).
+    An object that is neither (``Tracer`` has no metaclass of its own, so the plain type check is
+    its ``isinstance``) is no Variable. For the rare objects that are, flax's own ``isinstance``
+    answers. Each ``type.__instancecheck__`` here is one flax's path also makes, so no user code
+    (a ``__class__`` property) runs that flax's would not.
+    """
+    type_check = type.__instancecheck__
+    variable = variablelib.Variable
+    hijax = getattr(variablelib, "HijaxVariable", None)
+    tracer = jax_core.Tracer
+
+    def is_variable(x: Any) -> bool:
+        if type_check(variable, x):
+            return True
+        if type_check(tracer, x) or (hijax is not None and type_check(hijax, x)):
+            return isinstance(x, variable)
+        return False
+
+    return is_variable
+
+
+def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any, jax_core: Any) -> Any:
+    """flax's ``check_no_aliases`` (as ``graph.flax_check_no_aliases`` holds it), served here."""
+    theirs = graph.flax_check_no_aliases
+    labeled = extract.labeled
+    leaves_with_path = _tree_util.tree_leaves_with_path
+    checked = {"calls": 0}
+    lock = threading.Lock()
+
+    @functools.wraps(theirs)
+    def check_no_aliases(fn_name: str, /, *, check: Any = (), **kwargs: Any) -> Any:
+        if check or not served_now(graph, WALK):
+            return theirs(fn_name, check=check, **kwargs)
+        is_variable = _variable_check(variablelib, jax_core)
+        pairs = leaves_with_path(labeled(**kwargs), is_leaf=is_variable)
+        found = [(path, leaf) for path, leaf in pairs if is_variable(leaf)]
+        ours = dict(found)
+        if len({id(leaf) for _, leaf in found}) != len(found):
+            return theirs(fn_name, check=check, **kwargs)  # raises flax's own error
+        with lock:
+            compare = checked["calls"] < _CHECKED_CALLS
+            checked["calls"] += 1
+        if compare:
+            return _compared(graph, ours, theirs(fn_name, check=check, **kwargs))
+        return ours
+
+    return check_no_aliases
+
+
+def _compared(graph: Graph, ours: dict[Any, Any], theirs: dict[Any, Any]) -> dict[Any, Any]:
+    # The first calls: the same paths, in the same order, each naming the same object. Else
+    # flax's result, and flax's function from now on.
+    same = (type(theirs) is dict and list(ours) == list(theirs)
+            and all(ours[path] is theirs[path] for path in ours))
+    if same:
+        return ours
+    graph.function_fallbacks.setdefault(
+        WALK, "its result differed from flax's on a checked call")
+    return theirs
