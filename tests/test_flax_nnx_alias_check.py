@@ -109,7 +109,7 @@ def counting(fn, key):
 graph.flax_check_no_aliases = counting(theirs, "theirs")
 import fastree.integrations._flax_nnx_alias_check as alias_check
 extract.check_no_aliases = counting(alias_check.make_check_no_aliases(
-    graph, extract, sys.modules["flax.nnx.variablelib"], jax.core), "ours")
+    graph, extract, sys.modules["flax.nnx.variablelib"]), "ours")
 model = Model()
 @nnx.jit(graph=False)
 def forward(m, x):
@@ -136,8 +136,7 @@ model = Model()
 def other(fn_name, /, *, check=(), **kwargs):
     return {}
 graph.flax_check_no_aliases = other
-check = alias_check.make_check_no_aliases(graph, extract, sys.modules["flax.nnx.variablelib"],
-                                          jax.core)
+check = alias_check.make_check_no_aliases(graph, extract, sys.modules["flax.nnx.variablelib"])
 first = check("jit", args=(model,), kwargs={})
 print(json.dumps({"first": len(first), "status": flax_nnx_graph.status()["check_no_aliases"]}))
 """

@@ -21,7 +21,8 @@ operations. Exact, or flax's own function:
   in the same order, each with the same Variable object. On a difference flax's result is
   returned, and the walk is flax's from then on (``status()`` says why).
 
-Nothing here imports flax or jax: attach passes the modules it found loaded.
+Nothing here imports flax: attach passes the modules it found loaded. JAX's ``Tracer`` is
+``jax_interop.compat``'s, as for the graph walks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import threading
 from typing import Any
 
 from .. import tree_util as _tree_util
+from ..jax_interop import compat as _jax_compat
 from ._flax_nnx_graph_tables import Graph, served_now
 
 # How many calls also run flax's check and compare results.
@@ -39,7 +41,7 @@ _CHECKED_CALLS = 3
 WALK = "check_no_aliases"
 
 
-def _variable_check(variablelib: Any, jax_core: Any) -> Any:
+def _variable_check(variablelib: Any) -> Any:
     """``isinstance(x, variablelib.Variable)`` as flax's predicate answers it, for one call.
 
     ``VariableMeta.__instancecheck__`` answers True where ``type.__instancecheck__`` does (its
@@ -53,7 +55,7 @@ def _variable_check(variablelib: Any, jax_core: Any) -> Any:
     type_check = type.__instancecheck__
     variable = variablelib.Variable
     hijax = getattr(variablelib, "HijaxVariable", None)
-    tracer = jax_core.Tracer
+    tracer = _jax_compat.Tracer  # jax.core.Tracer, which flax's check names
 
     def is_variable(x: Any) -> bool:
         if type_check(variable, x):
@@ -65,7 +67,7 @@ def _variable_check(variablelib: Any, jax_core: Any) -> Any:
     return is_variable
 
 
-def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any, jax_core: Any) -> Any:
+def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any) -> Any:
     """flax's ``check_no_aliases`` (as ``graph.flax_check_no_aliases`` holds it), served here."""
     theirs = graph.flax_check_no_aliases
     labeled = extract.labeled
@@ -77,7 +79,7 @@ def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any, jax_core
     def check_no_aliases(fn_name: str, /, *, check: Any = (), **kwargs: Any) -> Any:
         if check or not served_now(graph, WALK):
             return theirs(fn_name, check=check, **kwargs)
-        is_variable = _variable_check(variablelib, jax_core)
+        is_variable = _variable_check(variablelib)
         pairs = leaves_with_path(labeled(**kwargs), is_leaf=is_variable)
         found = [(path, leaf) for path, leaf in pairs if is_variable(leaf)]
         ours = dict(found)

@@ -266,7 +266,7 @@ def _loaded(module_name: str) -> bool:
 
 def _make_alias_check(graph: Graph) -> Any:
     return make_check_no_aliases(graph, sys.modules[_EXTRACT],
-                                 sys.modules["flax.nnx.variablelib"], sys.modules["jax"].core)
+                                 sys.modules["flax.nnx.variablelib"])
 
 
 def _recognise_walks() -> _mirrored_code.Verdict:
