@@ -13,6 +13,7 @@
 #include "binding/module_state.h"
 #include "nnx/nnx_graph.h"
 #include "nnx/nnx_graph_walk.h"
+#include "nnx/nnx_tree_variables.h"
 #include "attr/nnx_shared.h"
 #include "registry/registry.h"
 #include "treedef/treedef.h"
@@ -90,6 +91,11 @@ PyMethodDef kFastFunctions[] = {
      "treedef_tuple(treedefs, /)\n--\n\nThe treedef of a tuple of the given structures.\n"},
     {"_treedef_from_state", Fn<TreeDefFromState>(), METH_O,
      "_treedef_from_state(state, /)\n--\n\nUnpickling constructor of PyTreeDef.\n"},
+    {"nnx_variables_by_path", Fn<nnx_tree::VariablesByPath>(), kFastKw,
+     "nnx_variables_by_path(check, tree)\n--\n\n"
+     "flax's check_no_aliases result for the labeled arguments `tree` (csrc/nnx/\n"
+     "nnx_tree_variables.h): {path: Variable} in walk order, or None where a Variable is met\n"
+     "twice. `check` is an nnx_variable_check callable.\n"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -341,6 +347,16 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used(), py::multiple_interpreters::not
         },
         py::arg("states"), py::arg("context"),
         "flax.nnx graphlib._merge_to_flat_state (csrc/nnx/nnx_graph.h), or None where not served.");
+    m.def(
+        "nnx_variable_check",
+        [](py::handle variable, py::handle tracer, py::handle hijax) {
+            PyObject* out = nnx_tree::NewVariableCheck(variable.ptr(), tracer.ptr(), hijax.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("variable"), py::arg("tracer"), py::arg("hijax"),
+        "A callable answering isinstance(x, variable) as flax's VariableMeta does, without a\n"
+        "Python frame (csrc/nnx/nnx_tree_variables.h); `hijax` is HijaxVariable or None.");
     m.def(
         "attribute_node",
         [](py::handle type) -> py::object {

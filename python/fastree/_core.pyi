@@ -243,3 +243,10 @@ def nnx_graph_unflatten(
 ) -> tuple[Any] | bool | None: ...
 def nnx_graph_update(node: Any, state: Any, context: tuple[Any, ...]) -> None: ...
 def nnx_graph_merge_leaves(states: tuple[Any, ...], context: tuple[Any, ...]) -> list[Any] | None: ...
+def nnx_variable_check(variable: type, tracer: type, hijax: type | None) -> Callable[[Any], bool]:
+    """``isinstance(x, variable)`` as flax's ``VariableMeta`` answers it, without a Python frame
+    (tracers and ``hijax`` objects by ``isinstance`` itself)."""
+def nnx_variables_by_path(check: Callable[[Any], bool], tree: Any) -> dict[Any, Any] | None:
+    """flax's ``check_no_aliases`` dict for the labeled arguments ``tree``: each Variable leaf
+    (``check``, an :func:`nnx_variable_check`) by its key path, in walk order; None where a
+    Variable is met twice."""

@@ -9,9 +9,9 @@ answers ``isinstance`` in Python (``VariableMeta.__instancecheck__``, which asks
 ``HijaxVariable`` through a second Python ``__instancecheck__``). On a 20-block MLP with its adam
 optimizer that check was two thirds of an installed ``nnx.jit(graph=False)`` call.
 
-Here the same walk runs with a predicate that gives the same answer for every object at a
-fraction of the cost (:func:`_variable_check`), and the loop's result is built by dict and set
-operations. Exact, or flax's own function:
+Here fastree's core runs the same key-path walk with a predicate in C that gives the same
+answer for every object (:func:`_variable_check`), and builds the loop's dict in the same call
+(``_core.nnx_variables_by_path``). Exact, or flax's own function:
 
 - ``check=`` given (the transforms' checks of their outputs, at trace time), a walk that is off
   (``flax_nnx_graph.status()``), or a ``gc.callbacks`` function of the user's: flax's function.
@@ -31,7 +31,7 @@ import functools
 import threading
 from typing import Any
 
-from .. import tree_util as _tree_util
+from .. import _core
 from ..jax_interop import compat as _jax_compat
 from ._flax_nnx_graph_tables import Graph, served_now
 
@@ -42,36 +42,27 @@ WALK = "check_no_aliases"
 
 
 def _variable_check(variablelib: Any) -> Any:
-    """``isinstance(x, variablelib.Variable)`` as flax's predicate answers it, for one call.
+    """``isinstance(x, variablelib.Variable)`` as flax's predicate answers it, for one call: a
+    builtin function of fastree's core (``csrc/nnx/nnx_tree_variables.cpp``), no Python frame.
 
     ``VariableMeta.__instancecheck__`` answers True where ``type.__instancecheck__`` does (its
     ``super()`` call); else it looks for a ``jax.core.Tracer`` (``jax.typeof``) or a
     ``HijaxVariable`` (whose metaclass asks ``type.__instancecheck__`` and about tracers again).
     An object that is neither (``Tracer`` has no metaclass of its own, so the plain type check is
     its ``isinstance``) is no Variable. For the rare objects that are, flax's own ``isinstance``
-    answers. Each ``type.__instancecheck__`` here is one flax's path also makes, so no user code
-    (a ``__class__`` property) runs that flax's would not.
+    answers. The core makes each ``type.__instancecheck__`` as CPython does, ``__class__`` read
+    included, and each is one flax's path also makes: no user code (a ``__class__`` property)
+    runs that flax's would not. The classes are read at each call, as flax's lambda reads them.
     """
-    type_check = type.__instancecheck__
-    variable = variablelib.Variable
-    hijax = getattr(variablelib, "HijaxVariable", None)
-    tracer = _jax_compat.Tracer  # jax.core.Tracer, which flax's check names
-
-    def is_variable(x: Any) -> bool:
-        if type_check(variable, x):
-            return True
-        if type_check(tracer, x) or (hijax is not None and type_check(hijax, x)):
-            return isinstance(x, variable)
-        return False
-
-    return is_variable
+    return _core.nnx_variable_check(
+        variablelib.Variable, _jax_compat.Tracer, getattr(variablelib, "HijaxVariable", None))
 
 
 def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any) -> Any:
     """flax's ``check_no_aliases`` (as ``graph.flax_check_no_aliases`` holds it), served here."""
     theirs = graph.flax_check_no_aliases
     labeled = extract.labeled
-    leaves_with_path = _tree_util.tree_leaves_with_path
+    variables_by_path = _core.nnx_variables_by_path
     checked = {"calls": 0}
     lock = threading.Lock()
 
@@ -79,11 +70,9 @@ def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any) -> Any:
     def check_no_aliases(fn_name: str, /, *, check: Any = (), **kwargs: Any) -> Any:
         if check or not served_now(graph, WALK):
             return theirs(fn_name, check=check, **kwargs)
-        is_variable = _variable_check(variablelib)
-        pairs = leaves_with_path(labeled(**kwargs), is_leaf=is_variable)
-        found = [(path, leaf) for path, leaf in pairs if is_variable(leaf)]
-        ours = dict(found)
-        if len({id(leaf) for _, leaf in found}) != len(found):
+        # The walk, flax's loop and its dict in one call of the core; None for an alias.
+        ours = variables_by_path(_variable_check(variablelib), labeled(**kwargs))
+        if ours is None:
             return theirs(fn_name, check=check, **kwargs)  # raises flax's own error
         with lock:
             compare = checked["calls"] < _CHECKED_CALLS

@@ -1,0 +1,25 @@
+// Tree mode's per-call Variable walk, natively: flax's ``extract.check_no_aliases`` (which every
+// tree-mode transform calls on its arguments) asks ``isinstance(x, Variable)`` of every object
+// its ``jax.tree.leaves_with_path`` meets, then builds a path -> Variable dict in a Python loop.
+// Here the question is a C function (VariableCheck: no Python frame, the same answers and the
+// same user code as flax's metaclass), and the walk, the loop and the dict are one call
+// (VariablesByPath). python/fastree/integrations/_flax_nnx_alias_check.py binds them.
+#pragma once
+
+#include <Python.h>
+
+namespace fastree::nnx_tree {
+
+// A callable `check(x) -> bool` answering ``isinstance(x, variable)`` as flax's
+// ``VariableMeta.__instancecheck__`` does (tracers and hijax Variables by flax's own isinstance).
+// `tracer` is JAX's Tracer class, `hijax` flax's HijaxVariable class or None. A new reference, or
+// null with an error set.
+PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax);
+
+// variables_by_path(check, tree): the dict flax's check_no_aliases returns for `tree` (the
+// labeled arguments): each Variable leaf of a key-path walk that stops at Variables, by its path,
+// in walk order. None where a Variable is met twice (flax's function then raises its own error).
+// `check` must be a NewVariableCheck callable. Fast-call entry point.
+PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+
+}  // namespace fastree::nnx_tree
