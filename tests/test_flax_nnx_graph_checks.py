@@ -92,7 +92,7 @@ def test_checks_blame_no_class_without_a_difference():
     assert status == {"flatten": "native", "unflatten": "native",
                       "unflatten_into_existing": "native", "update": "native",
                       "_merge_to_flat_state": "native",
-                      "check_no_aliases": "native"}, status
+                      "check_no_aliases": "native", "apply_updates": "native"}, status
 
 
 _ARRAY_REFS = r"""
@@ -154,4 +154,4 @@ def test_updates_of_array_ref_variables_stay_native():
     assert status == {"flatten": "native", "unflatten": "native",
                       "unflatten_into_existing": "native", "update": "native",
                       "_merge_to_flat_state": "native",
-                      "check_no_aliases": "native"}, status
+                      "check_no_aliases": "native", "apply_updates": "native"}, status

@@ -403,7 +403,7 @@ def test_public_functions_equal_plain_runs():
     assert installed["status"] == {"flatten": "native", "unflatten": "native",
                                    "unflatten_into_existing": "native", "update": "native",
                                    "_merge_to_flat_state": "native",
-                      "check_no_aliases": "native"}, installed["status"]
+                      "check_no_aliases": "native", "apply_updates": "native"}, installed["status"]
     assert set(plain["views"]) >= {
         "shared",
         "cycle",

@@ -207,7 +207,7 @@ def test_flax_code_patched_after_attach_goes_back_to_flax():
     assert installed["status"] == {"flatten": "native", "unflatten": reason,
                                    "unflatten_into_existing": reason, "update": reason,
                                    "_merge_to_flat_state": "native",
-                      "check_no_aliases": "native"}
+                      "check_no_aliases": "native", "apply_updates": "native"}
 
 
 def test_status_before_attach_names_the_reason_and_never_raises():

@@ -52,6 +52,8 @@ struct Names {
     PyObject* num_attributes;
     PyObject* metadata;
     PyObject* array_refdef;
+    PyObject* updates_keys;      // extract.Updates._keys (tree mode's apply_updates)
+    PyObject* updates_values;    // extract.Updates._values
 };
 
 // The table, filled once at module init (InitNames, from binding/module.cpp) and read without
@@ -99,6 +101,8 @@ inline bool InitNames() {
         {&n.num_attributes, "num_attributes"},
         {&n.metadata, "metadata"},
         {&n.array_refdef, "array_refdef"},
+        {&n.updates_keys, "_keys"},
+        {&n.updates_values, "_values"},
     };
     static_assert(sizeof(names) / sizeof(names[0]) == sizeof(Names) / sizeof(PyObject*),
                   "every field of Names is interned here");

@@ -96,6 +96,10 @@ PyMethodDef kFastFunctions[] = {
      "flax's check_no_aliases result for the labeled arguments `tree` (csrc/nnx/\n"
      "nnx_tree_variables.h): {path: Variable} in walk order, or None where a Variable is met\n"
      "twice. `check` is an nnx_variable_check callable.\n"},
+    {"nnx_apply_updates", Fn<nnx_tree::ApplyUpdates>(), kFastKw,
+     "nnx_apply_updates(variables, updates, updates_type, context)\n--\n\n"
+     "flax's extract.apply_updates (csrc/nnx/nnx_tree_variables.h): True once applied, False\n"
+     "(nothing applied) where flax's function must run.\n"},
     {nullptr, nullptr, 0, nullptr},
 };
 

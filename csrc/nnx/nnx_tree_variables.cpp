@@ -9,9 +9,13 @@
 // only tracers and hijax objects to flax's ``isinstance``.
 #include "nnx/nnx_tree_variables.h"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
+#include "nnx/nnx_graph_variables.h"
 #include "treedef/walkers.h"
+#include "util/free_threading.h"
 #include "util/pointer_map.h"
 #include "util/pyutils.h"
 
@@ -85,6 +89,50 @@ PyObject* CheckState(PyObject* check) {
 }
 
 constexpr const char* kByPathNames[] = {"check", "tree"};
+constexpr const char* kApplyNames[] = {"variables", "updates", "updates_type", "context"};
+
+// A list attribute of an Updates (its `_keys` or `_values` slot) as an owned tuple, read in one
+// go (another thread may append to the list); null without an error where it is no exact list.
+Ref SlotItems(PyObject* updates, PyObject* name) {
+    Ref list(PyObject_GetAttr(updates, name));
+    if (!list) return Ref();
+    if (!PyList_CheckExact(list.get())) return Ref();
+    return Ref(PyList_AsTuple(list.get()));
+}
+
+// The (Variable, update) pairs flax's loop would update, in its order: false with an error set on
+// an error; false without one where flax's function must run (see ApplyUpdates).
+bool Resolve(PyObject* variables, PyObject* updates, PyObject* updates_type,
+             nnx_graph::VariableOps* ops, std::vector<std::pair<Ref, Ref>>* out) {
+    const nnx_graph::Names* n = nnx_graph::GetNames();
+    Ref states(PyList_AsTuple(updates));  // flax's `for flat_state in updates`, as it stood
+    if (!states) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(states.get()); ++i) {
+        PyObject* state = PyTuple_GET_ITEM(states.get(), i);  // held by `states`
+        if (Py_TYPE(state) != reinterpret_cast<PyTypeObject*>(updates_type)) return false;
+        Ref keys(SlotItems(state, n->updates_keys));
+        if (!keys) return false;
+        Ref values(SlotItems(state, n->updates_values));
+        if (!values) return false;
+        // Updates.__iter__ is zip(_keys, _values): as many pairs as the shorter list.
+        const Py_ssize_t count =
+            std::min(PyTuple_GET_SIZE(keys.get()), PyTuple_GET_SIZE(values.get()));
+        for (Py_ssize_t k = 0; k < count; ++k) {
+            PyObject* found = nullptr;
+            if (DictGetItemRef(variables, PyTuple_GET_ITEM(keys.get(), k), &found) < 0) {
+                return false;
+            }
+            Ref variable(found);
+            if (!variable) return false;  // flax raises its "Variable not found" error
+            // flax asserts isinstance(variable, Variable); a plain Variable class is one.
+            const int plain = ops->IsPlainVariable(variable.get());
+            if (plain <= 0) return false;
+            out->emplace_back(std::move(variable),
+                              Ref::FromBorrowed(PyTuple_GET_ITEM(values.get(), k)));
+        }
+    }
+    return true;
+}
 
 }  // namespace
 
@@ -136,6 +184,29 @@ PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, Py
         if (PyDict_SetItem(found.get(), path, leaf) < 0) return nullptr;
     }
     return found.release();
+}
+
+PyObject* ApplyUpdates(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* a[4];
+    if (!ParseArgs({"apply_updates", kApplyNames, 4, 4}, args, nargs, kwnames, a)) return nullptr;
+    PyObject* variables = a[0];
+    PyObject* updates = a[1];
+    if (!PyDict_CheckExact(variables) || !PyList_CheckExact(updates) || !PyType_Check(a[2]) ||
+        !PyTuple_CheckExact(a[3]) || PyTuple_GET_SIZE(a[3]) != nnx_graph::kUnflattenSize) {
+        Py_RETURN_FALSE;
+    }
+    nnx_graph::VariableOps ops(a[3]);
+    // Every pair first: where flax's function must run, it runs on Variables none of which this
+    // call has touched, and raises (or applies) exactly as it would have alone.
+    std::vector<std::pair<Ref, Ref>> pairs;
+    if (!Resolve(variables, updates, a[2], &ops, &pairs)) {
+        if (PyErr_Occurred()) return nullptr;
+        Py_RETURN_FALSE;
+    }
+    for (const auto& [variable, update] : pairs) {
+        if (!ops.Update(variable.get(), update.get(), /*from_state=*/true)) return nullptr;
+    }
+    Py_RETURN_TRUE;
 }
 
 }  // namespace fastree::nnx_tree

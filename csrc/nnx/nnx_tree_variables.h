@@ -22,4 +22,14 @@ PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax
 // `check` must be a NewVariableCheck callable. Fast-call entry point.
 PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
+// apply_updates(variables, updates, updates_type, context): flax's ``extract.apply_updates``
+// (after a tree-mode call, each Variable the traced function changed gets its new state): for
+// each ``(path, update)`` of each ``Updates`` in `updates`, ``variables[path]``'s
+// ``update_from_state(update)``, as graph mode updates a Variable (nnx_graph_variables.h: plain
+// Variable classes natively, with flax's trace check, others by their own method). True once
+// applied; False, with nothing applied, where flax's function must run instead: `variables` not
+// a dict, `updates` not a list of exact `updates_type`, a path missing or naming no Variable
+// (flax's function then raises its own error). `context` is the graph walks' unflatten context.
+PyObject* ApplyUpdates(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+
 }  // namespace fastree::nnx_tree

@@ -250,3 +250,8 @@ def nnx_variables_by_path(check: Callable[[Any], bool], tree: Any) -> dict[Any, 
     """flax's ``check_no_aliases`` dict for the labeled arguments ``tree``: each Variable leaf
     (``check``, an :func:`nnx_variable_check`) by its key path, in walk order; None where a
     Variable is met twice."""
+def nnx_apply_updates(
+    variables: dict[Any, Any], updates: list[Any], updates_type: type, context: tuple[Any, ...]
+) -> bool:
+    """flax's ``extract.apply_updates``: True once every update is applied; False, with nothing
+    applied, where flax's own function must run."""

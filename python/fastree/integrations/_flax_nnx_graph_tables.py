@@ -111,6 +111,9 @@ class Graph(CheckTables):
         # The transforms' alias check (tree mode), where its module is loaded.
         self.flax_check_no_aliases = getattr(sys.modules.get("flax.nnx.extract"),
                                              "check_no_aliases", None)
+        # And the transforms' write-back of the Variables a traced function changed (tree mode).
+        self.flax_apply_updates = getattr(sys.modules.get("flax.nnx.extract"),
+                                          "apply_updates", None)
         self.variable = variablelib.Variable
         self.hijax_variable = getattr(variablelib, "HijaxVariable", None)
         pytree_namespace = vars(pytreelib.Pytree)

@@ -16,7 +16,11 @@ differ from 0.12.8 only in ``Variable._check_can_update`` (``self.hijax`` became
 which the C update calls unless the Variable's trace is plainly the current one, where both
 versions allow the update. 0.12.7's ``extract.check_no_aliases`` is an older function (a
 namedtuple per call, ``check_can_update=``) and it has no ``labeled``: there the transforms' alias
-check stays flax's (``flax_nnx_graph.WALKS["check_no_aliases"]``). docs/porting-library-integrations.md says how to add a release.
+check stays flax's (``flax_nnx_graph.WALKS["check_no_aliases"]``), and it has no
+``apply_updates`` or ``Updates``: the write-back stays flax's too (``WALKS["apply_updates"]``).
+0.12.8's lines for those two are the same source as 0.12.12's (diffed: 0.12.8 does not import
+with the JAX the newer releases need). docs/porting-library-integrations.md says how to add a
+release.
 """
 
 from ._mirrored_code import known_code_table
@@ -79,6 +83,8 @@ flax.nnx.statelib:State.__init__                      554ea4e74c1d62f4 0.12.7 0.
 flax.nnx.variablelib:Variable._check_can_update       20874c8a3f904bda 0.12.10 0.12.12
 flax.nnx.extract:check_no_aliases                     2ad4e50f79d6b0b8 0.12.8 0.12.10 0.12.12
 flax.nnx.extract:labeled                              da066a5c6eefac39 0.12.8 0.12.10 0.12.12
+flax.nnx.extract:apply_updates                        f2bd2dc44b3aec76 0.12.8 0.12.10 0.12.12
+flax.nnx.extract:Updates                              20fad59c55f3c949 0.12.8 0.12.10 0.12.12
 flax.nnx.variablelib:VariableMeta                     098e50f5b31d1c5d 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.variablelib:HijaxVariableMeta                997600b88663dfc7 0.12.7 0.12.8 0.12.10 0.12.12
 """

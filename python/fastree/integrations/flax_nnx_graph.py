@@ -38,6 +38,7 @@ from . import _flax_nnx_graph_kinds as _kinds
 from . import _flax_nnx_graph_user_code as _user_code
 from . import _flax_nnx_shared, _known_flax, _mirrored_code
 from ._flax_nnx_alias_check import make_check_no_aliases
+from ._flax_nnx_apply_updates import make_apply_updates
 from ._flax_nnx_graph_flatten import make_flatten
 from ._flax_nnx_graph_kinds import (  # noqa: F401 - the kinds, by name, for callers
     ARRAY_LEAF,
@@ -83,7 +84,7 @@ MIRRORED: tuple[_mirrored_code.Mirrored, ...] = tuple(
                                   "Variable.set_raw_value", "Variable._check_can_update")),
         ("flax.nnx.statelib", ("FlatState", "State.__init__")),
         # The transforms' alias check (tree mode): _flax_nnx_alias_check.
-        ("flax.nnx.extract", ("check_no_aliases", "labeled")),
+        ("flax.nnx.extract", ("check_no_aliases", "labeled", "apply_updates", "Updates")),
         ("flax.nnx.variablelib", ("VariableMeta", "HijaxVariableMeta")),
     ) for name in names
 )
@@ -137,15 +138,18 @@ WALKS: dict[str, frozenset[str]] = {
     # for an alias's error and for the first calls' check.
     "check_no_aliases": frozenset(("check_no_aliases", "labeled", "VariableMeta",
                                    "HijaxVariableMeta")),
+    # extract.apply_updates (every tree-mode transform's write-back of changed Variables): the
+    # Updates it reads, and Variable.update_from_state step by step as graph mode's update does.
+    "apply_updates": frozenset(_SHARED + _VARIABLE_UPDATE + ("apply_updates", "Updates")),
 }
 # graphlib's function each walk replaces (both unflattens are one function's two cases).
 _BINDS = {"flatten": "flatten", "unflatten": "unflatten", "unflatten_into_existing": "unflatten",
           "update": "_graph_update_dynamic", "_merge_to_flat_state": "_merge_to_flat_state",
-          "check_no_aliases": "check_no_aliases"}
+          "check_no_aliases": "check_no_aliases", "apply_updates": "apply_updates"}
 # The mirrored functions attach() replaces by its own: identity checks skip them.
 _REPLACED = frozenset(f"{_GRAPHLIB}:{name}" for name in
                       ("flatten", "unflatten", "_graph_update_dynamic", "_merge_to_flat_state")
-                      ) | {f"{_EXTRACT}:check_no_aliases"}
+                      ) | {f"{_EXTRACT}:check_no_aliases", f"{_EXTRACT}:apply_updates"}
 
 
 def walk_mirrored(walk: str) -> tuple[_mirrored_code.Mirrored, ...]:
@@ -248,7 +252,9 @@ def attach() -> bool:
                   "unflatten": (graph.flax_unflatten, make_unflatten),
                   "_graph_update_dynamic": (graph.flax_update, make_update),
                   "_merge_to_flat_state": (graph.flax_merge_leaves, make_merge_leaves),
-                  "check_no_aliases": (graph.flax_check_no_aliases, _make_alias_check)}
+                  "check_no_aliases": (graph.flax_check_no_aliases, _make_alias_check),
+                  "apply_updates": (graph.flax_apply_updates,
+                                    lambda g: make_apply_updates(g, sys.modules[_EXTRACT]))}
         graph.replacements = {name: (theirs, make(graph))
                               for name, (theirs, make) in makers.items() if name in served}
         _rebind(graph.replacements, to_ours=True)
