@@ -92,10 +92,15 @@ PyMethodDef kFastFunctions[] = {
     {"_treedef_from_state", Fn<TreeDefFromState>(), METH_O,
      "_treedef_from_state(state, /)\n--\n\nUnpickling constructor of PyTreeDef.\n"},
     {"nnx_variables_by_path", Fn<nnx_tree::VariablesByPath>(), kFastKw,
-     "nnx_variables_by_path(check, tree)\n--\n\n"
+     "nnx_variables_by_path(check, tree, structure=False)\n--\n\n"
      "flax's check_no_aliases result for the labeled arguments `tree` (csrc/nnx/\n"
      "nnx_tree_variables.h): {path: Variable} in walk order, or None where a Variable is met\n"
-     "twice. `check` is an nnx_variable_check callable.\n"},
+     "twice. `check` is an nnx_variable_check callable. With `structure`: (that, the walk's\n"
+     "treedef, the Variables' positions among its leaves).\n"},
+    {"nnx_variables_unchanged", Fn<nnx_tree::VariablesUnchanged>(), kFastKw,
+     "nnx_variables_unchanged(check, tree, treedef, positions, variables)\n--\n\n"
+     "Whether `tree` walks to `treedef`'s structure and key paths with the same Variables at\n"
+     "`positions` and no other (csrc/nnx/nnx_tree_variables.h).\n"},
     {"nnx_apply_updates", Fn<nnx_tree::ApplyUpdates>(), kFastKw,
      "nnx_apply_updates(variables, updates, updates_type, context)\n--\n\n"
      "flax's extract.apply_updates (csrc/nnx/nnx_tree_variables.h): True once applied, False\n"

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "nnx/nnx_graph_variables.h"
+#include "treedef/treedef.h"
+#include "treedef/treedef_ops.h"
 #include "treedef/walkers.h"
 #include "util/free_threading.h"
 #include "util/pointer_map.h"
@@ -88,7 +90,8 @@ PyObject* CheckState(PyObject* check) {
     return nullptr;
 }
 
-constexpr const char* kByPathNames[] = {"check", "tree"};
+constexpr const char* kByPathNames[] = {"check", "tree", "structure"};
+constexpr const char* kUnchangedNames[] = {"check", "tree", "treedef", "positions", "variables"};
 constexpr const char* kApplyNames[] = {"variables", "updates", "updates_type", "context"};
 
 // A list attribute of an Updates (its `_keys` or `_values` slot) as an owned tuple, read in one
@@ -155,35 +158,92 @@ PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax
 }
 
 PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    PyObject* a[2];
-    if (!ParseArgs({"variables_by_path", kByPathNames, 2, 2}, args, nargs, kwnames, a)) {
+    PyObject* a[3];
+    if (!ParseArgs({"variables_by_path", kByPathNames, 3, 2}, args, nargs, kwnames, a)) {
         return nullptr;
     }
     PyObject* check = a[0];
     PyObject* state = CheckState(check);
     if (state == nullptr) return nullptr;
+    const int structure = TruthArg(a[2]);
+    if (structure < 0) return nullptr;
     // Owned (path, leaf) pairs for the whole loop: the path and leaf pointers read from them stay
     // valid through the checks, hashes and comparisons below, which can run Python code.
     RefVector leaves;
     RefVector pairs;
-    if (!Flatten(a[1], check, false, static_cast<TreeDef*>(nullptr), &leaves, &pairs)) {
-        return nullptr;
-    }
+    TreeDef def;
+    if (!Flatten(a[1], check, false, structure ? &def : nullptr, &leaves, &pairs)) return nullptr;
     Ref found(PyDict_New());
     if (!found) return nullptr;
+    Ref positions(structure ? PyList_New(0) : nullptr);
+    if (structure && !positions) return nullptr;
     PointerMap seen;  // the Variables so far, by address (each held by its pair)
-    for (PyObject* pair : pairs) {
-        PyObject* path = PyTuple_GET_ITEM(pair, 0);
-        PyObject* leaf = PyTuple_GET_ITEM(pair, 1);
+    bool alias = false;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+        PyObject* path = PyTuple_GET_ITEM(pairs[i], 0);
+        PyObject* leaf = PyTuple_GET_ITEM(pairs[i], 1);
         const int variable = IsVariable(state, leaf);  // flax's loop asks again
         if (variable < 0) return nullptr;
         if (!variable) continue;
         bool inserted = false;
         seen.FindOrInsert(leaf, 0, &inserted);
-        if (!inserted) Py_RETURN_NONE;  // an alias: flax's own function raises
+        if (!inserted) {  // an alias: flax's own function raises
+            alias = true;
+            break;
+        }
         if (PyDict_SetItem(found.get(), path, leaf) < 0) return nullptr;
+        if (structure) {
+            Ref index(PyLong_FromSize_t(i));
+            if (!index || PyList_Append(positions.get(), index.get()) < 0) return nullptr;
+        }
     }
-    return found.release();
+    Ref result = alias ? Ref::FromBorrowed(Py_None) : std::move(found);
+    if (!structure) return result.release();
+    Ref treedef(WrapTreeDef(std::move(def)));
+    if (!treedef) return nullptr;
+    return PyTuple_Pack(3, result.get(), treedef.get(), positions.get());
+}
+
+PyObject* VariablesUnchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames) {
+    PyObject* a[5];
+    if (!ParseArgs({"variables_unchanged", kUnchangedNames, 5, 5}, args, nargs, kwnames, a)) {
+        return nullptr;
+    }
+    PyObject* check = a[0];
+    PyObject* state = CheckState(check);
+    if (state == nullptr) return nullptr;
+    PyObject* positions = a[3];
+    PyObject* variables = a[4];
+    if (!IsTreeDef(a[2]) || !PyTuple_CheckExact(positions) || !PyTuple_CheckExact(variables) ||
+        PyTuple_GET_SIZE(positions) != PyTuple_GET_SIZE(variables)) {
+        PyErr_SetString(PyExc_TypeError, "variables_unchanged: expected a treedef and two "
+                        "tuples of one length");
+        return nullptr;
+    }
+    RefVector leaves;
+    ScratchTreeDef def;
+    if (!Flatten(a[1], check, false, &def, &leaves, nullptr)) return nullptr;
+    if (!SameStructureAndKeys(DefOf(a[2]), def.def)) Py_RETURN_FALSE;
+    // Each Variable where it was, and no new one among the other leaves.
+    const Py_ssize_t count = PyTuple_GET_SIZE(positions);
+    Py_ssize_t k = 0;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+        if (k < count) {
+            const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, k));
+            if (at == -1 && PyErr_Occurred()) return nullptr;
+            if (static_cast<size_t>(at) == i) {
+                if (leaves[i] != PyTuple_GET_ITEM(variables, k)) Py_RETURN_FALSE;
+                ++k;
+                continue;
+            }
+        }
+        const int variable = IsVariable(state, leaves[i]);
+        if (variable < 0) return nullptr;
+        if (variable) Py_RETURN_FALSE;
+    }
+    if (k != count) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
 }
 
 PyObject* ApplyUpdates(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {

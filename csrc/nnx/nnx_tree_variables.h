@@ -16,11 +16,19 @@ namespace fastree::nnx_tree {
 // null with an error set.
 PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax);
 
-// variables_by_path(check, tree): the dict flax's check_no_aliases returns for `tree` (the
-// labeled arguments): each Variable leaf of a key-path walk that stops at Variables, by its path,
-// in walk order. None where a Variable is met twice (flax's function then raises its own error).
-// `check` must be a NewVariableCheck callable. Fast-call entry point.
+// variables_by_path(check, tree, structure=False): the dict flax's check_no_aliases returns for
+// `tree` (the labeled arguments): each Variable leaf of a key-path walk that stops at Variables,
+// by its path, in walk order. None where a Variable is met twice (flax's function then raises its
+// own error). `check` must be a NewVariableCheck callable. With `structure`: (that, the walk's
+// treedef, the Variables' positions among its leaves), what VariablesUnchanged compares with.
 PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+
+// variables_unchanged(check, tree, treedef, positions, variables): whether a walk of `tree` that
+// stops at Variables has `treedef`'s structure and key paths without asking Python code
+// (SameStructureAndKeys), the same Variable objects at `positions` among its leaves, and no
+// other Variable: then variables_by_path would give the same paths naming the same Variables.
+PyObject* VariablesUnchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames);
 
 // apply_updates(variables, updates, updates_type, context): flax's ``extract.apply_updates``
 // (after a tree-mode call, each Variable the traced function changed gets its new state): for

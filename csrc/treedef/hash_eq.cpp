@@ -156,4 +156,50 @@ int Equal(const TreeDef& a, const TreeDef& b) {
     return 1;
 }
 
+namespace {
+
+// The same object, or exact tuples of the same length whose items are (recursively, to a small
+// depth) the same objects: an attribute node's aux is a new tuple per flatten, built from the
+// same field values. Never calls into Python.
+bool SameObjects(PyObject* x, PyObject* y, int depth) {
+    if (x == y) return true;
+    if (depth == 0 || !PyTuple_CheckExact(x) || !PyTuple_CheckExact(y)) return false;
+    const Py_ssize_t n = PyTuple_GET_SIZE(x);
+    if (PyTuple_GET_SIZE(y) != n) return false;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!SameObjects(PyTuple_GET_ITEM(x, i), PyTuple_GET_ITEM(y, i), depth - 1)) return false;
+    }
+    return true;
+}
+
+// Whether a node's children's key entries follow from its kind and data, as ChildKey makes them
+// (node_kinds.h): not a custom node's (its flatten_with_keys gives them), nor a shared reference.
+bool KeysFollowFromData(NodeKind kind) {
+    return kind != NodeKind::kCustom && kind != NodeKind::kSharedRef;
+}
+
+}  // namespace
+
+bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b) {
+    if (a.nodes.size() != b.nodes.size() || a.keys.size() != b.keys.size() ||
+        a.payloads.size() != b.payloads.size() ||
+        std::memcmp(a.nodes.data(), b.nodes.data(), a.nodes.size() * sizeof(Node)) != 0) {
+        return false;
+    }
+    for (const Node& node : a.nodes) {
+        if (!KeysFollowFromData(node.kind)) return false;
+    }
+    if (!a.keys.empty() &&
+        std::memcmp(a.keys.data(), b.keys.data(), a.keys.size() * sizeof(PyObject*)) != 0) {
+        return false;
+    }
+    constexpr int kAuxDepth = 3;  // an attribute node's aux: (names, names, (values...))
+    for (size_t i = 0; i < a.payloads.size(); ++i) {
+        const NodePayload& px = a.payloads[i];
+        const NodePayload& py = b.payloads[i];
+        if (px.custom != py.custom || !SameObjects(px.data, py.data, kAuxDepth)) return false;
+    }
+    return true;
+}
+
 }  // namespace fastree

@@ -11,6 +11,12 @@ namespace fastree {
 // hash_eq.cpp.
 Py_hash_t Hash(PyTreeDefObject* self);
 int Equal(const TreeDef& a, const TreeDef& b);  // 1, 0, or -1 with an error set
+// Whether `b` is `a` again in a way that no Python code need be asked about, for caches keyed by
+// a structure: the same node vector, each dict key and each node's data the same object (or a
+// tuple of the same objects, as a rebuilt aux is), and every node's key paths following from
+// its kind and data (no custom node, whose flatten_with_keys makes its keys; no shared
+// reference). Equal treedefs may still answer false; never fails, never runs Python code.
+bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b);
 
 // repr.cpp.
 PyObject* Repr(const TreeDef& def);

@@ -3,7 +3,7 @@
 # the runtime both ways: everything declared here exists with this signature (where the runtime
 # says), and everything the runtime has is declared here.
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 _T = TypeVar("_T")
 KeyPath = tuple[Any, ...]
@@ -246,10 +246,24 @@ def nnx_graph_merge_leaves(states: tuple[Any, ...], context: tuple[Any, ...]) ->
 def nnx_variable_check(variable: type, tracer: type, hijax: type | None) -> Callable[[Any], bool]:
     """``isinstance(x, variable)`` as flax's ``VariableMeta`` answers it, without a Python frame
     (tracers and ``hijax`` objects by ``isinstance`` itself)."""
-def nnx_variables_by_path(check: Callable[[Any], bool], tree: Any) -> dict[Any, Any] | None:
+@overload
+def nnx_variables_by_path(
+    check: Callable[[Any], bool], tree: Any, structure: Literal[False] = False
+) -> dict[Any, Any] | None: ...
+@overload
+def nnx_variables_by_path(
+    check: Callable[[Any], bool], tree: Any, structure: Literal[True]
+) -> tuple[dict[Any, Any] | None, PyTreeDef, list[int]]:
     """flax's ``check_no_aliases`` dict for the labeled arguments ``tree``: each Variable leaf
     (``check``, an :func:`nnx_variable_check`) by its key path, in walk order; None where a
-    Variable is met twice."""
+    Variable is met twice. With ``structure``: that, the walk's treedef, and the Variables'
+    positions among its leaves."""
+def nnx_variables_unchanged(
+    check: Callable[[Any], bool], tree: Any, treedef: PyTreeDef, positions: tuple[int, ...],
+    variables: tuple[Any, ...],
+) -> bool:
+    """Whether ``tree`` walks to ``treedef``'s structure and key paths (compared without running
+    Python code) with the same ``variables`` at ``positions`` among its leaves, and no other."""
 def nnx_apply_updates(
     variables: dict[Any, Any], updates: list[Any], updates_type: type, context: tuple[Any, ...]
 ) -> bool:

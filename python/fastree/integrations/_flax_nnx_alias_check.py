@@ -33,6 +33,7 @@ from typing import Any
 
 from .. import _core
 from ..jax_interop import compat as _jax_compat
+from ._flax_nnx_alias_cache import AliasCache
 from ._flax_nnx_graph_tables import Graph, served_now
 
 # How many calls also run flax's check and compare results.
@@ -65,20 +66,33 @@ def make_check_no_aliases(graph: Graph, extract: Any, variablelib: Any) -> Any:
     variables_by_path = _core.nnx_variables_by_path
     checked = {"calls": 0}
     lock = threading.Lock()
+    cache = AliasCache()
 
     @functools.wraps(theirs)
     def check_no_aliases(fn_name: str, /, *, check: Any = (), **kwargs: Any) -> Any:
         if check or not served_now(graph, WALK):
             return theirs(fn_name, check=check, **kwargs)
-        # The walk, flax's loop and its dict in one call of the core; None for an alias.
-        ours = variables_by_path(_variable_check(variablelib), labeled(**kwargs))
+        is_variable = _variable_check(variablelib)
+        tree = labeled(**kwargs)
+        # The last calls' answer where these arguments still walk to it (_flax_nnx_alias_cache);
+        # else the walk, flax's loop and its dict in one call of the core (None: an alias).
+        ours = cache.lookup(is_variable, tree)
+        fresh = None
         if ours is None:
-            return theirs(fn_name, check=check, **kwargs)  # raises flax's own error
+            ours, treedef, positions = variables_by_path(is_variable, tree, True)
+            if ours is None:
+                return theirs(fn_name, check=check, **kwargs)  # raises flax's own error
+            fresh = (treedef, positions)
         with lock:
             compare = checked["calls"] < _CHECKED_CALLS
             checked["calls"] += 1
-        if compare:
-            return _compared(graph, ours, theirs(fn_name, check=check, **kwargs))
+        if compare:  # cached or not, the first answers are flax's too
+            result = _compared(graph, ours, theirs(fn_name, check=check, **kwargs))
+            if result is not ours:
+                cache.clear()
+                return result
+        if fresh is not None:
+            cache.store(tree, ours, *fresh)
         return ours
 
     return check_no_aliases
