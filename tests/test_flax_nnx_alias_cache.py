@@ -164,3 +164,50 @@ def test_threads_share_the_cache():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_structures_with_custom_nodes_are_not_cached():
+    # An nnx.State (and an nnx.Optimizer) is a custom node: its keys are its own
+    # flatten_with_keys's, which no structure comparison could vouch for.
+    cache = AliasCache()
+    model = _Model()
+    state = nnx.state(_Model(seed=3))  # another model's: no alias
+    assert type(state) is nnx.State
+    for _ in range(2):
+        kind, answer = _answer(cache, args=(model, state), kwargs={})
+        assert kind == "miss"
+        assert _same(answer, _flax(args=(model, state), kwargs={}))
+    assert cache._entries == []
+
+
+def test_a_custom_node_appearing_is_never_flattened_by_the_cache():
+    # flax's walk calls a custom node's flatten_with_keys; the cache's walk, which has none,
+    # must not call its flatten where the node appears inside cached arguments.
+    import jax
+
+    calls = []
+
+    class Box:
+        def __init__(self, value):
+            self.value = value
+
+    jax.tree_util.register_pytree_with_keys(
+        Box,
+        lambda b: (calls.append("flatten_with_keys") or
+                   (((jax.tree_util.GetAttrKey("value"), b.value),), None)),
+        lambda aux, children: Box(*children),
+        flatten_func=lambda b: (calls.append("flatten") or ((b.value,), None)),
+    )
+    cache = AliasCache()
+    model = _Model()
+    assert [_answer(cache, args=(model,), kwargs={})[0] for _ in range(2)] == ["miss", "hit"]
+    model.box = nnx.data(Box(nnx.Param(jnp.ones(1))))
+    calls.clear()  # (the assignment's own checks flatten it)
+    kind, answer = _answer(cache, args=(model,), kwargs={})
+    assert kind == "miss"
+    assert _same(answer, _flax(args=(model,), kwargs={}))
+    assert "flatten" not in calls and "flatten_with_keys" in calls
+    # These arguments' entry is gone: the next call walks once, as flax's does.
+    calls.clear()
+    assert _answer(cache, args=(model,), kwargs={})[0] == "miss"
+    assert calls == ["flatten_with_keys"]

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nnx/nnx_graph_variables.h"
+#include "registry/registry.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
 #include "treedef/walkers.h"
@@ -89,6 +90,37 @@ PyObject* CheckState(PyObject* check) {
                  check);
     return nullptr;
 }
+
+// The predicate of VariablesUnchanged's walk: the check's answer, except that a node whose keys
+// its own functions make (a custom node, an identity-preserving one) is taken as a leaf and
+// noted, so that its functions never run in a walk flax's check would not make (flax's walk calls
+// flatten_with_keys, this one would call flatten), and the walk is found changed.
+// What the walk found, owned by a capsule in the predicate's `self`, the tuple (capsule, the
+// check's state): a profiler may keep the function object past the walk, and the tuple shows
+// the state to the GC.
+struct GuardedWalk {
+    bool keyed_node_met = false;
+};
+
+void DeleteGuardedWalk(PyObject* capsule) {
+    delete static_cast<GuardedWalk*>(PyCapsule_GetPointer(capsule, nullptr));
+}
+
+PyObject* CallGuarded(PyObject* self, PyObject* x) {
+    auto* walk = static_cast<GuardedWalk*>(PyCapsule_GetPointer(PyTuple_GET_ITEM(self, 0), nullptr));
+    if (walk == nullptr) return nullptr;
+    const int found = IsVariable(PyTuple_GET_ITEM(self, 1), x);
+    if (found < 0) return nullptr;
+    if (found) Py_RETURN_TRUE;
+    const Registration* reg = registry::Classify(x);
+    if (reg->kind == NodeKind::kCustom || reg->preserve_identity) {
+        walk->keyed_node_met = true;
+        Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
+PyMethodDef kGuardedDef = {"is_variable_or_keyed_node", CallGuarded, METH_O, nullptr};
 
 constexpr const char* kByPathNames[] = {"check", "tree", "structure"};
 constexpr const char* kUnchangedNames[] = {"check", "tree", "treedef", "positions", "variables"};
@@ -199,7 +231,10 @@ PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, Py
     }
     Ref result = alias ? Ref::FromBorrowed(Py_None) : std::move(found);
     if (!structure) return result.release();
-    Ref treedef(WrapTreeDef(std::move(def)));
+    // A structure VariablesUnchanged could never find again (custom nodes' keys are their own
+    // functions'): None, so that no caller keeps it.
+    Ref treedef(KeysFollowFromStructure(def) ? WrapTreeDef(std::move(def))
+                                              : Py_NewRef(Py_None));
     if (!treedef) return nullptr;
     return PyTuple_Pack(3, result.get(), treedef.get(), positions.get());
 }
@@ -221,10 +256,20 @@ PyObject* VariablesUnchanged(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                         "tuples of one length");
         return nullptr;
     }
+    auto* walk = new GuardedWalk;
+    Ref capsule(PyCapsule_New(walk, nullptr, DeleteGuardedWalk));
+    if (!capsule) {
+        delete walk;
+        return nullptr;
+    }
+    Ref self(PyTuple_Pack(2, capsule.get(), state));
+    if (!self) return nullptr;
+    Ref guarded(PyCFunction_NewEx(&kGuardedDef, self.get(), nullptr));
+    if (!guarded) return nullptr;
     RefVector leaves;
     ScratchTreeDef def;
-    if (!Flatten(a[1], check, false, &def, &leaves, nullptr)) return nullptr;
-    if (!SameStructureAndKeys(DefOf(a[2]), def.def)) Py_RETURN_FALSE;
+    if (!Flatten(a[1], guarded.get(), false, &def, &leaves, nullptr)) return nullptr;
+    if (walk->keyed_node_met || !SameStructureAndKeys(DefOf(a[2]), def.def)) Py_RETURN_FALSE;
     // Each Variable where it was, and no new one among the other leaves.
     const Py_ssize_t count = PyTuple_GET_SIZE(positions);
     Py_ssize_t k = 0;

@@ -20,7 +20,8 @@ PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax
 // `tree` (the labeled arguments): each Variable leaf of a key-path walk that stops at Variables,
 // by its path, in walk order. None where a Variable is met twice (flax's function then raises its
 // own error). `check` must be a NewVariableCheck callable. With `structure`: (that, the walk's
-// treedef, the Variables' positions among its leaves), what VariablesUnchanged compares with.
+// treedef, the Variables' positions among its leaves), what VariablesUnchanged compares with;
+// the treedef is None where its key paths do not follow from it (KeysFollowFromStructure).
 PyObject* VariablesByPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
 // variables_unchanged(check, tree, treedef, positions, variables): whether a walk of `tree` that

@@ -172,13 +172,15 @@ bool SameObjects(PyObject* x, PyObject* y, int depth) {
     return true;
 }
 
-// Whether a node's children's key entries follow from its kind and data, as ChildKey makes them
-// (node_kinds.h): not a custom node's (its flatten_with_keys gives them), nor a shared reference.
-bool KeysFollowFromData(NodeKind kind) {
-    return kind != NodeKind::kCustom && kind != NodeKind::kSharedRef;
-}
-
 }  // namespace
+
+bool KeysFollowFromStructure(const TreeDef& def) {
+    // Not a custom node's (its flatten_with_keys gives them), nor a shared reference's.
+    for (const Node& node : def.nodes) {
+        if (node.kind == NodeKind::kCustom || node.kind == NodeKind::kSharedRef) return false;
+    }
+    return true;
+}
 
 bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b) {
     if (a.nodes.size() != b.nodes.size() || a.keys.size() != b.keys.size() ||
@@ -186,9 +188,7 @@ bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b) {
         std::memcmp(a.nodes.data(), b.nodes.data(), a.nodes.size() * sizeof(Node)) != 0) {
         return false;
     }
-    for (const Node& node : a.nodes) {
-        if (!KeysFollowFromData(node.kind)) return false;
-    }
+    if (!KeysFollowFromStructure(a)) return false;
     if (!a.keys.empty() &&
         std::memcmp(a.keys.data(), b.keys.data(), a.keys.size() * sizeof(PyObject*)) != 0) {
         return false;

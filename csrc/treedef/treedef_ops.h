@@ -17,6 +17,10 @@ int Equal(const TreeDef& a, const TreeDef& b);  // 1, 0, or -1 with an error set
 // its kind and data (no custom node, whose flatten_with_keys makes its keys; no shared
 // reference). Equal treedefs may still answer false; never fails, never runs Python code.
 bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b);
+// Whether every node's children's key entries follow from its kind and data, as ChildKey makes
+// them (node_kinds.h): no custom node (its flatten_with_keys makes its keys) and no shared
+// reference. Runs no Python code.
+bool KeysFollowFromStructure(const TreeDef& def);
 
 // repr.cpp.
 PyObject* Repr(const TreeDef& def);

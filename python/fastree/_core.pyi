@@ -253,11 +253,11 @@ def nnx_variables_by_path(
 @overload
 def nnx_variables_by_path(
     check: Callable[[Any], bool], tree: Any, structure: Literal[True]
-) -> tuple[dict[Any, Any] | None, PyTreeDef, list[int]]:
+) -> tuple[dict[Any, Any] | None, PyTreeDef | None, list[int]]:
     """flax's ``check_no_aliases`` dict for the labeled arguments ``tree``: each Variable leaf
     (``check``, an :func:`nnx_variable_check`) by its key path, in walk order; None where a
-    Variable is met twice. With ``structure``: that, the walk's treedef, and the Variables'
-    positions among its leaves."""
+    Variable is met twice. With ``structure``: that, the walk's treedef (None where its key paths
+    do not follow from it: a custom node), and the Variables' positions among its leaves."""
 def nnx_variables_unchanged(
     check: Callable[[Any], bool], tree: Any, treedef: PyTreeDef, positions: tuple[int, ...],
     variables: tuple[Any, ...],

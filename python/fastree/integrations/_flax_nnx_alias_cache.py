@@ -13,6 +13,11 @@ same places and no other (``_core.nnx_variables_unchanged``), gets a copy of tha
 paths, in the same order, naming the same objects as flax's loop would give. Anything else is a
 miss, and the check builds its answer as before.
 
+Only structures whose key paths follow from the treedef are kept: nodes fastree reads itself
+(built-in containers, nnx Modules read natively, dataclasses), no custom node, whose keys its own
+``flatten_with_keys`` makes (an ``nnx.Optimizer``, an ``nnx.State``). Those calls build their
+answer each time, with no walk of the cache's.
+
 Memory: an entry holds its answer's Variables, and those only while each top-level argument that
 holds them (the model, the optimizer) is alive. It holds those arguments weakly, and their weakref
 callbacks empty the entry, so the cache never keeps a Variable alive past the arguments it came
@@ -119,12 +124,15 @@ class AliasCache:
                 continue
             if _core.nnx_variables_unchanged(check, tree, treedef, entry.positions, variables):
                 return result.copy()
+            entry.empty()  # these arguments moved on: not walked for again
         return None
 
     def store(self, tree: Any, result: dict[Any, Any], treedef: Any,
               positions: list[int]) -> None:
-        """Keeps ``result`` (a fresh answer for ``tree``) where it can be kept (module doc)."""
-        holders = _holders(result)
+        """Keeps ``result`` (a fresh answer for ``tree``) where it can be kept (module doc).
+        ``treedef`` is None where no later walk could be found the same (a custom node's keys
+        are its own function's)."""
+        holders = _holders(result) if treedef is not None else None
         if holders is None:
             return
         entry = _Entry(treedef, tuple(positions), result.copy())
