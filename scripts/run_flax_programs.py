@@ -685,7 +685,8 @@ def status_line(report: dict | None) -> str:
 def run_one(program: Program, mode: str, workdir: Path, timeout: float) -> Result:
     if program.skip:
         return Result(program.name, mode, "-", "-", f"skipped: {program.skip}")
-    report = workdir / "reports" / f"{re.sub(r'[^\w.-]', '_', program.name)}-{mode}.json"
+    safe_name = re.sub(r"[^\w.-]", "_", program.name)  # (no backslash in an f-string: 3.10, 3.11)
+    report = workdir / "reports" / f"{safe_name}-{mode}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     first = run_program(program, mode, "plain", workdir, timeout)
     seconds = {"plain": first.seconds}

@@ -18,6 +18,8 @@ entry of ``flax_nnx_graph.status()`` is ``native``.
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import run_json_program, skip_unless_integration_knows
 
 _PROGRAM = r"""
@@ -145,7 +147,14 @@ print(json.dumps(out))
 
 
 def test_updates_of_array_ref_variables_stay_native():
-    plain = run_json_program(_ARRAY_REFS, False)
+    try:
+        plain = run_json_program(_ARRAY_REFS, False)
+    except AssertionError as error:
+        # JAX before 0.11 refuses this program plainly (a BatchNorm's array-ref statistics set
+        # under grad): nothing to compare.
+        if "non-differentiated array reference" in str(error):
+            pytest.skip("this JAX refuses the program plainly (array refs set under grad)")
+        raise
     installed = run_json_program(_ARRAY_REFS, True, "status")
     status = installed.pop("status")
     assert installed == plain
