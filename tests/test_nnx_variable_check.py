@@ -95,6 +95,35 @@ def test_a_lying_class_is_read_no_more_than_flax_reads_it():
         assert 1 <= _Claims.reads <= flax_reads, (claim, _Claims.reads, flax_reads)
 
 
+class _Spy:
+    """Counts the attribute reads its own ``__getattribute__`` serves."""
+
+    reads: list = []
+
+    def __getattribute__(self, name):
+        type(self).reads.append(name)
+        return object.__getattribute__(self, name)
+
+
+class _SpyWithFallback:
+    """A ``__getattr__`` of its own (not called for ``__class__``, which is never missing)."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"__getattr__({name!r})")
+
+
+def test_a_class_read_through_user_code_is_made_as_flax_makes_it():
+    # Where reading __class__ goes through a class's own __getattribute__, the check reads it
+    # (as flax's isinstance does); with object's own, nothing of the class's runs either way.
+    _Spy.reads = []
+    flax_answer = isinstance(_Spy(), nnx.Variable)
+    flax_reads = _Spy.reads.count("__class__")
+    _Spy.reads = []
+    assert _check()(_Spy()) is flax_answer is False
+    assert 1 <= _Spy.reads.count("__class__") <= flax_reads
+    assert _check()(_SpyWithFallback()) is isinstance(_SpyWithFallback(), nnx.Variable) is False
+
+
 def test_check_passes_on_a_failing_class_read():
     with pytest.raises(RuntimeError, match="class read failed"):
         isinstance(_BrokenClass(RuntimeError, "class read failed"), nnx.Variable)

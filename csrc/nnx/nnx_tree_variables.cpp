@@ -5,8 +5,9 @@
 // tracer or a hijax Variable, more of its own code. Every object the walk meets is asked, and
 // most are no Variable (arrays, Modules, tuples), so the predicate was most of the walk's time.
 // VariableCheck makes the same ``type.__instancecheck__`` checks in C (CPython's own steps, the
-// ``__class__`` read included, so a ``__class__`` property runs as it runs under flax) and leaves
-// only tracers and hijax objects to flax's ``isinstance``.
+// ``__class__`` read included, so a ``__class__`` property runs as it runs under flax; skipped
+// only where it could run no code) and leaves only tracers and hijax objects to flax's
+// ``isinstance``.
 #include "nnx/nnx_tree_variables.h"
 
 #include <algorithm>
@@ -26,8 +27,18 @@ namespace fastree::nnx_tree {
 namespace {
 
 // The check's own state, a tuple held as the builtin function's `self` (its reference, seen by
-// the GC through the function object): the classes it asks about and the interned name it reads.
-enum CheckItem : Py_ssize_t { kVariable, kTracer, kHijax, kClassName, kCheckSize };
+// the GC through the function object): the classes it asks about, the interned name it reads and
+// object's own `__class__` descriptor.
+enum CheckItem : Py_ssize_t {
+    kVariable,
+    kTracer,
+    kHijax,
+    kClassName,           // "__class__"
+    kObjectClass,         // object.__class__ (the descriptor)
+    kGetattributeName,    // "__getattribute__"
+    kObjectGetattribute,  // object.__getattribute__
+    kCheckSize
+};
 
 // getattr(obj, name) where a missing attribute is no error: 1 and a new reference, 0 (missing)
 // or -1 with an error set.
@@ -39,13 +50,32 @@ int GetOptionalAttr(PyObject* obj, PyObject* name, PyObject** out) {
 #endif
 }
 
+// Whether reading `x.__class__` gives type(x) and runs no code: x's class reads attributes with
+// object's own __getattribute__ (a __getattr__ of its own runs only for a missing attribute, and
+// __class__ is never missing), and `__class__` on its MRO is object's own descriptor (a data
+// descriptor: no instance dict shadows it). The lookups are the type's attribute cache; their
+// results are compared, never used (as attr_read.cpp's plain-access check does).
+bool PlainClassRead(PyObject* x, PyObject* state) {
+    PyTypeObject* type = Py_TYPE(x);
+    if (type->tp_getattro != PyObject_GenericGetAttr &&
+        _PyType_Lookup(type, PyTuple_GET_ITEM(state, kGetattributeName)) !=
+            PyTuple_GET_ITEM(state, kObjectGetattribute)) {
+        return false;
+    }
+    return _PyType_Lookup(type, PyTuple_GET_ITEM(state, kClassName)) ==
+           PyTuple_GET_ITEM(state, kObjectClass);
+}
+
 // type.__instancecheck__(cls, x), as CPython computes it (object_isinstance): x's type, else the
-// class its ``__class__`` names where that is another type. 1, 0, or -1 with an error set.
-int TypeCheck(PyObject* cls, PyObject* x, PyObject* class_name) {
+// class its ``__class__`` names where that is another type. 1, 0, or -1 with an error set. The
+// read is skipped where it could only give type(x) with no code run (PlainClassRead), the answer
+// then being the type's alone.
+int TypeCheck(PyObject* cls, PyObject* x, PyObject* state, bool plain_class) {
     PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
     if (PyObject_TypeCheck(x, type)) return 1;
+    if (plain_class) return 0;
     PyObject* claimed = nullptr;
-    if (GetOptionalAttr(x, class_name, &claimed) < 0) return -1;
+    if (GetOptionalAttr(x, PyTuple_GET_ITEM(state, kClassName), &claimed) < 0) return -1;
     Ref held(claimed);
     if (!held || claimed == reinterpret_cast<PyObject*>(Py_TYPE(x)) || !PyType_Check(claimed)) {
         return 0;
@@ -58,13 +88,13 @@ int TypeCheck(PyObject* cls, PyObject* x, PyObject* class_name) {
 // a tracer nor a hijax object (Tracer has no metaclass of its own, so this check is its
 // isinstance) is no Variable. The rest goes to isinstance itself.
 int IsVariable(PyObject* state, PyObject* x) {
-    PyObject* class_name = PyTuple_GET_ITEM(state, kClassName);
     PyObject* variable = PyTuple_GET_ITEM(state, kVariable);
-    int found = TypeCheck(variable, x, class_name);
+    const bool plain_class = PlainClassRead(x, state);
+    int found = TypeCheck(variable, x, state, plain_class);
     if (found != 0) return found;
-    found = TypeCheck(PyTuple_GET_ITEM(state, kTracer), x, class_name);
+    found = TypeCheck(PyTuple_GET_ITEM(state, kTracer), x, state, plain_class);
     PyObject* hijax = PyTuple_GET_ITEM(state, kHijax);
-    if (found == 0 && hijax != Py_None) found = TypeCheck(hijax, x, class_name);
+    if (found == 0 && hijax != Py_None) found = TypeCheck(hijax, x, state, plain_class);
     if (found <= 0) return found;
     return PyObject_IsInstance(x, variable);
 }
@@ -183,8 +213,17 @@ PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax
         return nullptr;
     }
     Ref class_name(PyUnicode_InternFromString("__class__"));
-    if (!class_name) return nullptr;
-    Ref state(PyTuple_Pack(kCheckSize, variable, tracer, hijax, class_name.get()));
+    Ref getattribute_name(PyUnicode_InternFromString("__getattribute__"));
+    if (!class_name || !getattribute_name) return nullptr;
+    // object's own, held by `object` for the process: borrowed until the tuple holds them.
+    PyObject* object_class = _PyType_Lookup(&PyBaseObject_Type, class_name.get());
+    PyObject* object_getattribute = _PyType_Lookup(&PyBaseObject_Type, getattribute_name.get());
+    if (object_class == nullptr || object_getattribute == nullptr) {
+        PyErr_SetString(PyExc_SystemError, "fastree: object has no __class__ or __getattribute__");
+        return nullptr;
+    }
+    Ref state(PyTuple_Pack(kCheckSize, variable, tracer, hijax, class_name.get(), object_class,
+                           getattribute_name.get(), object_getattribute));
     if (!state) return nullptr;
     return PyCFunction_NewEx(&kCheckDef, state.get(), nullptr);
 }
