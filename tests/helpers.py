@@ -293,6 +293,24 @@ class WithDropped:
     cache: int = 0
 
 
+
+def served_and_given_back(module: str, name: str) -> list[str]:
+    """The file defining ``module.name`` installed, after ``fastree.uninstall()``, and installed
+    again, in a child process that installs by hand (``run_json_program``, plainly)."""
+    program = f"""
+import json
+import fastree
+fastree.install()
+import {module} as module
+served = module.{name}.__code__.co_filename
+fastree.uninstall()
+back = module.{name}.__code__.co_filename
+fastree.install()
+again = module.{name}.__code__.co_filename
+print(json.dumps([served, back, again]))
+"""
+    return run_json_program(program, False)
+
 def _jax_drop_fields_work() -> bool:
     # jax < 0.7 (the newest for Python 3.10 is 0.6.2) unpacks each dropped name into its
     # characters and so rejects every drop_fields; fastree, which lets JAX validate, does too.

@@ -184,22 +184,8 @@ def test_flax_keeps_its_check_unless_installed(installed):
     assert out["file"].endswith(expected), out
 
 
-_UNINSTALLED = """
-import json
-import fastree
-fastree.install()
-from flax.nnx import extract
-served = extract.check_no_aliases.__code__.co_filename
-fastree.uninstall()
-back = extract.check_no_aliases.__code__.co_filename
-fastree.install()
-again = extract.check_no_aliases.__code__.co_filename
-print(json.dumps([served, back, again]))
-"""
-
-
 def test_uninstall_gives_flax_its_check_back_and_install_serves_it_again():
-    served, back, again = helpers.run_json_program(_UNINSTALLED, False)
+    served, back, again = helpers.served_and_given_back("flax.nnx.extract", "check_no_aliases")
     assert served.endswith("_flax_nnx_alias_check.py")
     assert back.endswith("extract.py")
     assert again.endswith("_flax_nnx_alias_check.py")

@@ -192,22 +192,8 @@ def test_tree_mode_jit_writes_back_the_same(installed):
     assert out["status"] == "native" if installed else out["status"].startswith("flax: not")
 
 
-_UNINSTALLED = """
-import json
-import fastree
-fastree.install()
-from flax.nnx import extract
-served = extract.apply_updates.__code__.co_filename
-fastree.uninstall()
-back = extract.apply_updates.__code__.co_filename
-fastree.install()
-again = extract.apply_updates.__code__.co_filename
-print(json.dumps([served, back, again]))
-"""
-
-
 def test_uninstall_gives_flax_its_write_back_and_install_serves_it_again():
-    served, back, again = helpers.run_json_program(_UNINSTALLED, False)
+    served, back, again = helpers.served_and_given_back("flax.nnx.extract", "apply_updates")
     assert served.endswith("_flax_nnx_apply_updates.py"), served
     assert back.endswith("extract.py"), back
     assert again.endswith("_flax_nnx_apply_updates.py"), again

@@ -286,11 +286,15 @@ PyObject* Aux(AttrNode* node, const Instance& inst, bool regular) {
 
 }  // namespace
 
+bool UsesObjectGetattribute(PyTypeObject* t) {
+    return t->tp_getattro == PyObject_GenericGetAttr ||
+           _PyType_Lookup(t, g_getattribute_name) == g_object_getattribute;  // compared only
+}
+
 bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
-    if (t->tp_getattro == PyObject_GenericGetAttr) return true;
-    PyObject* getattribute = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
-    return getattribute == g_object_getattribute ||
-           (node->trusted_getattribute != nullptr && getattribute == node->trusted_getattribute);
+    if (UsesObjectGetattribute(t)) return true;
+    return node->trusted_getattribute != nullptr &&
+           _PyType_Lookup(t, g_getattribute_name) == node->trusted_getattribute;
 }
 
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nnx/nnx_graph_variables.h"
+#include "registry/attr_node.h"
 #include "registry/registry.h"
 #include "treedef/treedef.h"
 #include "treedef/treedef_ops.h"
@@ -33,10 +34,8 @@ enum CheckItem : Py_ssize_t {
     kVariable,
     kTracer,
     kHijax,
-    kClassName,           // "__class__"
-    kObjectClass,         // object.__class__ (the descriptor)
-    kGetattributeName,    // "__getattribute__"
-    kObjectGetattribute,  // object.__getattribute__
+    kClassName,    // "__class__"
+    kObjectClass,  // object.__class__ (the descriptor)
     kCheckSize
 };
 
@@ -53,17 +52,13 @@ int GetOptionalAttr(PyObject* obj, PyObject* name, PyObject** out) {
 // Whether reading `x.__class__` gives type(x) and runs no code: x's class reads attributes with
 // object's own __getattribute__ (a __getattr__ of its own runs only for a missing attribute, and
 // __class__ is never missing), and `__class__` on its MRO is object's own descriptor (a data
-// descriptor: no instance dict shadows it). The lookups are the type's attribute cache; their
-// results are compared, never used (as attr_read.cpp's plain-access check does).
+// descriptor: no instance dict shadows it). The lookup is the type's attribute cache; its result
+// is compared, never used.
 bool PlainClassRead(PyObject* x, PyObject* state) {
     PyTypeObject* type = Py_TYPE(x);
-    if (type->tp_getattro != PyObject_GenericGetAttr &&
-        _PyType_Lookup(type, PyTuple_GET_ITEM(state, kGetattributeName)) !=
-            PyTuple_GET_ITEM(state, kObjectGetattribute)) {
-        return false;
-    }
-    return _PyType_Lookup(type, PyTuple_GET_ITEM(state, kClassName)) ==
-           PyTuple_GET_ITEM(state, kObjectClass);
+    return attr::UsesObjectGetattribute(type) &&
+           _PyType_Lookup(type, PyTuple_GET_ITEM(state, kClassName)) ==
+               PyTuple_GET_ITEM(state, kObjectClass);
 }
 
 // type.__instancecheck__(cls, x), as CPython computes it (object_isinstance): x's type, else the
@@ -121,13 +116,13 @@ PyObject* CheckState(PyObject* check) {
     return nullptr;
 }
 
-// The predicate of VariablesUnchanged's walk: the check's answer, except that a node whose keys
-// its own functions make (a custom node, an identity-preserving one) is taken as a leaf and
-// noted, so that its functions never run in a walk flax's check would not make (flax's walk calls
-// flatten_with_keys, this one would call flatten), and the walk is found changed.
-// What the walk found, owned by a capsule in the predicate's `self`, the tuple (capsule, the
-// check's state): a profiler may keep the function object past the walk, and the tuple shows
-// the state to the GC.
+// The predicate of VariablesUnchanged's walk (CallGuarded): the check's answer, except that a
+// node whose keys its own functions make (a custom node, an identity-preserving one) is taken as
+// a leaf and noted, so that its functions never run in a walk flax's check would not make
+// (flax's walk calls flatten_with_keys, this one would call flatten), and the walk is found
+// changed. GuardedWalk is what the walk found, owned by a capsule in the predicate's `self`, the
+// tuple (capsule, the check's state): a profiler may keep the function object past the walk, and
+// the tuple shows the state to the GC.
 struct GuardedWalk {
     bool keyed_node_met = false;
 };
@@ -213,17 +208,14 @@ PyObject* NewVariableCheck(PyObject* variable, PyObject* tracer, PyObject* hijax
         return nullptr;
     }
     Ref class_name(PyUnicode_InternFromString("__class__"));
-    Ref getattribute_name(PyUnicode_InternFromString("__getattribute__"));
-    if (!class_name || !getattribute_name) return nullptr;
-    // object's own, held by `object` for the process: borrowed until the tuple holds them.
+    if (!class_name) return nullptr;
+    // object's own, held by `object` for the process: borrowed until the tuple holds it.
     PyObject* object_class = _PyType_Lookup(&PyBaseObject_Type, class_name.get());
-    PyObject* object_getattribute = _PyType_Lookup(&PyBaseObject_Type, getattribute_name.get());
-    if (object_class == nullptr || object_getattribute == nullptr) {
-        PyErr_SetString(PyExc_SystemError, "fastree: object has no __class__ or __getattribute__");
+    if (object_class == nullptr) {
+        PyErr_SetString(PyExc_SystemError, "fastree: object has no __class__");
         return nullptr;
     }
-    Ref state(PyTuple_Pack(kCheckSize, variable, tracer, hijax, class_name.get(), object_class,
-                           getattribute_name.get(), object_getattribute));
+    Ref state(PyTuple_Pack(kCheckSize, variable, tracer, hijax, class_name.get(), object_class));
     if (!state) return nullptr;
     return PyCFunction_NewEx(&kCheckDef, state.get(), nullptr);
 }

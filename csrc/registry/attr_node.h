@@ -218,5 +218,11 @@ PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k);
 
 inline Py_ssize_t NumChildren(const AttrNode* node) { return PyTuple_GET_SIZE(node->data_fields); }
 
+// Whether instances of `t` read attributes with object's own __getattribute__: the generic
+// lookup, or a class that adds only __getattr__ (it runs for names the lookup misses). Runs no
+// Python code (_PyType_Lookup: the type's method cache). attr/attr_read.cpp; valid once the
+// AttrNode type is made (module init).
+bool UsesObjectGetattribute(PyTypeObject* t);
+
 }  // namespace attr
 }  // namespace fastree

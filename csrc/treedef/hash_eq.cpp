@@ -183,21 +183,19 @@ bool KeysFollowFromStructure(const TreeDef& def) {
 }
 
 bool SameStructureAndKeys(const TreeDef& a, const TreeDef& b) {
+    // Equal's fast shape test (the node vectors byte for byte, the registrations), then each
+    // key and each node's data by identity where Equal would ask `==`.
     if (a.nodes.size() != b.nodes.size() || a.keys.size() != b.keys.size() ||
-        a.payloads.size() != b.payloads.size() ||
-        std::memcmp(a.nodes.data(), b.nodes.data(), a.nodes.size() * sizeof(Node)) != 0) {
+        !SameShapeFast(a, b) || !KeysFollowFromStructure(a)) {
         return false;
     }
-    if (!KeysFollowFromStructure(a)) return false;
     if (!a.keys.empty() &&
         std::memcmp(a.keys.data(), b.keys.data(), a.keys.size() * sizeof(PyObject*)) != 0) {
         return false;
     }
     constexpr int kAuxDepth = 3;  // an attribute node's aux: (names, names, (values...))
     for (size_t i = 0; i < a.payloads.size(); ++i) {
-        const NodePayload& px = a.payloads[i];
-        const NodePayload& py = b.payloads[i];
-        if (px.custom != py.custom || !SameObjects(px.data, py.data, kAuxDepth)) return false;
+        if (!SameObjects(a.payloads[i].data, b.payloads[i].data, kAuxDepth)) return false;
     }
     return true;
 }

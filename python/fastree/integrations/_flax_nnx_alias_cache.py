@@ -39,16 +39,16 @@ MAX_ENTRIES = 8
 
 
 class _Entry:
-    """One cached answer; emptied (``result`` None) when an argument that held it goes."""
+    """One cached answer; emptied (``answer`` None) when an argument that held it goes."""
 
-    __slots__ = ("__weakref__", "holders", "positions", "result", "shape", "treedef",
-                 "variables")
+    __slots__ = ("__weakref__", "answer", "holders", "positions", "shape")
 
     def __init__(self, treedef: Any, positions: tuple[int, ...], result: dict[Any, Any]) -> None:
-        self.treedef: Any = treedef
+        # (the dict, the walk's treedef, its values as a tuple): read and emptied as one
+        # reference, so a weakref callback on another thread never leaves half of it.
+        self.answer: tuple[dict[Any, Any], Any, tuple[Any, ...]] | None = (
+            result, treedef, tuple(result.values()))
         self.positions = positions
-        self.variables: tuple[Any, ...] | None = tuple(result.values())
-        self.result: dict[Any, Any] | None = result
         # (labeled field name, index or dict key, weakref to the argument there)
         self.holders: tuple[tuple[str, Any, Any], ...] = ()
         # The labeled arguments' outline (_shape): a call of other arguments is passed over
@@ -56,10 +56,9 @@ class _Entry:
         self.shape: tuple[Any, ...] = ()
 
     def empty(self, _ref: Any = None) -> None:
-        # A weakref callback (any thread, any time): no lock, plain attribute writes.
-        self.result = None
-        self.variables = None
-        self.treedef = None  # its nodes' data (static fields) came in the same arguments
+        # A weakref callback (any thread, any time): no lock, one reference rebound. The
+        # treedef goes too: its nodes' data (static fields) came in the same arguments.
+        self.answer = None
 
     def held_by(self, tree: Any, shape: tuple[Any, ...]) -> bool:
         # Whether `tree` has this entry's outline, with each argument the answer came from at
@@ -118,10 +117,10 @@ class AliasCache:
             entries = tuple(self._entries)
         shape = _shape(tree)
         for entry in entries:
-            result, variables, treedef = entry.result, entry.variables, entry.treedef
-            if (result is None or variables is None or treedef is None
-                    or not entry.held_by(tree, shape)):
+            answer = entry.answer
+            if answer is None or not entry.held_by(tree, shape):
                 continue
+            result, treedef, variables = answer
             if _core.nnx_variables_unchanged(check, tree, treedef, entry.positions, variables):
                 return result.copy()
             entry.empty()  # these arguments moved on: not walked for again
@@ -147,7 +146,7 @@ class AliasCache:
         with self._lock:
             entries = tuple(self._entries)
         # The entries it replaces: emptied ones, and those of the same arguments.
-        gone = {id(e) for e in entries if e.result is None or e.held_by(tree, shape)}
+        gone = {id(e) for e in entries if e.answer is None or e.held_by(tree, shape)}
         with self._lock:
             kept = [e for e in self._entries if id(e) not in gone]
             self._entries = [entry, *kept[:MAX_ENTRIES - 1]]
