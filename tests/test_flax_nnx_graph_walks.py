@@ -16,9 +16,9 @@ import pytest
 helpers.skip_unless_integration_knows("flax", "flax_nnx")
 
 from fastree.integrations import _flax_nnx_shared, _known_flax, _mirrored_code  # noqa: E402
-from fastree.integrations import flax_nnx_graph  # noqa: E402
+from fastree.integrations import flax_nnx, flax_nnx_graph  # noqa: E402
 
-_NAMES = sorted({item.name for item in _flax_nnx_shared.MIRRORED + flax_nnx_graph.MIRRORED})
+_NAMES = sorted({item.name for item in flax_nnx.MIRRORED + flax_nnx_graph.MIRRORED})
 
 
 def test_every_walk_names_mirrored_code_and_every_mirrored_name_serves_a_walk():
@@ -30,6 +30,9 @@ def test_every_walk_names_mirrored_code_and_every_mirrored_name_serves_a_walk():
         assert sorted(found) == sorted(names), walk
     used = set().union(*flax_nnx_graph.WALKS.values())
     assert used == qualnames, sorted(qualnames - used)  # no mirrored name guards nothing
+    # Tree mode's one name outside the walks: it vouches for Optimizer's lookup (flax_nnx).
+    assert set(flax_nnx.MIRRORED) - set(_flax_nnx_shared.MIRRORED) == {
+        _flax_nnx_shared.OPTIMIZER_GETATTRIBUTE}
     # Each function attach rebinds is in the set of the walk that replaces it.
     for walk, bound in flax_nnx_graph._BINDS.items():
         assert bound in flax_nnx_graph.WALKS[walk]

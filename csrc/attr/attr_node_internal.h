@@ -43,7 +43,8 @@ bool InitPlainAttributeAccess();
 // never for __dict__), or a __getattribute__ the integration vouched for
 // (trusted_getattribute: the library's own, which passes __dict__ and the fields through
 // unchanged; the checks on first instances compare the native read with the library's
-// functions). _PyType_Lookup runs no Python code (the type's method cache).
+// functions), still with the code object it had then. _PyType_Lookup runs no Python code (the
+// type's method cache).
 bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t);
 
 // Read (registry/attr_node.h) is ReadFields with check=true. The native_* methods read with

@@ -209,6 +209,9 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     n->cls = Py_NewRef(cls);
     n->missing = Py_XNewRef(missing);
     n->trusted_getattribute = OptionalRef(trusted).release();
+    if (trusted != Py_None && PyFunction_Check(trusted)) {
+        n->trusted_code = Py_NewRef(PyFunction_GET_CODE(trusted));
+    }
     n->data_fields = NameTuple(data, "data_fields");
     if (n->data_fields == nullptr) return nullptr;
     n->meta_fields = meta ? NameTuple(meta, "meta_fields") : PyTuple_New(0);

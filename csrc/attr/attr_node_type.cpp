@@ -248,6 +248,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_flatten_with_keys);
     Py_VISIT(n->library_unflatten);
     Py_VISIT(n->trusted_getattribute);
+    Py_VISIT(n->trusted_code);
     Py_VISIT(n->rebuild_with);
     Py_VISIT(n->trace_classes);
     Py_VISIT(n->trace_field);
@@ -293,6 +294,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->keys);
     Py_CLEAR(n->regular_aux);
     Py_CLEAR(n->trusted_getattribute);
+    Py_CLEAR(n->trusted_code);
     Py_CLEAR(n->rebuild_with);
     Py_CLEAR(n->trace_classes);
     Py_CLEAR(n->trace_field);

@@ -293,8 +293,12 @@ bool UsesObjectGetattribute(PyTypeObject* t) {
 
 bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
     if (UsesObjectGetattribute(t)) return true;
-    return node->trusted_getattribute != nullptr &&
-           _PyType_Lookup(t, g_getattribute_name) == node->trusted_getattribute;
+    if (node->trusted_getattribute == nullptr) return false;
+    PyObject* found = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
+    // The same function with the code it was vouched for: `f.__code__ = ...` (a hot reloader,
+    // a patch in place) makes it code the integration never read.
+    return found == node->trusted_getattribute &&
+           (node->trusted_code == nullptr || PyFunction_GET_CODE(found) == node->trusted_code);
 }
 
 

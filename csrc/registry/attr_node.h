@@ -130,6 +130,8 @@ struct AttrNode {
                                     // PyMem, its references owned and visited by the GC)
     PyObject* trusted_getattribute;  // or null: a class-level __getattribute__ (the library's
                                      // own) under which an instance still reads natively
+    PyObject* trusted_code;  // or null: that function's code object when it was vouched for; a
+                             // function whose __code__ was replaced since is trusted no more
     PyObject* weakrefs;
 };
 

@@ -47,6 +47,13 @@ _PYTREE_STATE_MIRRORED = tuple(
 )
 MIRRORED: tuple[_mirrored_code.Mirrored, ...] = (
     _VARIABLE_MIRRORED + _PYTREE_MIRRORED + _PYTREE_STATE_MIRRORED[:3])
+# nnx.Optimizer's own __getattribute__ (ModelAndOptimizer inherits it): it refuses `model` and
+# passes every other name to object's, so a Pytree node may read an Optimizer's __dict__
+# natively where this is the code of the release the Pytree code is (flax_nnx.native_node). Not
+# in a gate, nor in MIRRORED (which the graph walks' gate reads): the class is registered while
+# its module still runs, before this name exists, and a program may never load that module.
+OPTIMIZER_GETATTRIBUTE = _mirrored_code.Mirrored("flax.nnx.training.optimizer",
+                                                 "Optimizer.__getattribute__")
 variable_code = _mirrored_code.Gate("flax", _VARIABLE_MIRRORED, _known_flax.KNOWN_CODE)
 pytree_code = _mirrored_code.Gate("flax", _PYTREE_MIRRORED, _known_flax.KNOWN_CODE)
 pytree_state_code = _mirrored_code.Gate("flax", _PYTREE_STATE_MIRRORED, _known_flax.KNOWN_CODE)

@@ -30,14 +30,15 @@ import sys
 from typing import Any
 
 from .. import _core
-from . import _checked, _library
+from . import _checked, _known_flax, _library, _mirrored_code
 from . import _flax_nnx_shared as _shared
 
 _PYTREE_MODULE = _shared.PYTREE_MODULE
 _VARIABLE_MODULE = _shared.VARIABLE_MODULE
 _TYPING_MODULE = _shared.TYPING_MODULE
 _TRACERS_MODULE = _shared.TRACERS_MODULE
-MIRRORED = _shared.MIRRORED
+# What tree mode reproduces: the nodes' code, and the one __getattribute__ they read through.
+MIRRORED = _shared.MIRRORED + (_shared.OPTIMIZER_GETATTRIBUTE,)
 code_verdict = _shared.code_verdict
 known_code = _shared.known_code
 
@@ -190,9 +191,36 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
         cls,
         (),
         mapping=("_pytree__nodes", known[3], "_mapping", "_pytree__has_int_keys"),
+        trusted_getattribute=_optimizer_getattribute(cls),
     )
     _checked.attach(node, flatten, flatten_with_keys, unflatten)
     return node
+
+
+def _optimizer_getattribute(cls: type) -> Any:
+    """nnx.Optimizer's own ``__getattribute__`` where ``cls`` reads attributes through it and
+    it is the code of the release whose Pytree code is loaded; else None.
+
+    That function refuses the name ``model`` (gone since flax 0.11) and passes every other name to
+    ``super().__getattribute__``, so flax's ``vars(self)`` finds the ``__dict__`` object's lookup
+    finds: the node may read it natively (the core also checks, at each read, that the class
+    still finds this function, with this code). Only where nothing between it and ``object`` on
+    the MRO defines another: its ``super()`` call would run that one.
+    """
+    mro = cls.__mro__
+    owners = [i for i, base in enumerate(mro) if "__getattribute__" in vars(base)]
+    if len(owners) != 2 or mro[owners[1]] is not object:
+        return None
+    owner = mro[owners[0]]
+    item = _shared.OPTIMIZER_GETATTRIBUTE
+    if owner.__module__ != item.module or owner.__qualname__ != item.qualname.partition(".")[0]:
+        return None
+    function = vars(owner)["__getattribute__"]
+    verdict = _shared.pytree_code.verdict()
+    known = _known_flax.KNOWN_CODE.get(verdict.release or "", {})
+    if not verdict or known.get(item.name) != _mirrored_code.fingerprint(function):
+        return None
+    return function
 
 
 def accelerate() -> list[type]:
