@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("flax.nnx")
 
+import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 from flax.nnx import extract, variablelib  # noqa: E402
@@ -170,20 +171,55 @@ def test_threads_share_the_cache():
     assert failures == []
 
 
+class _Keyed:
+    """A user's custom node with keys of its own (registered with JAX below)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+jax.tree_util.register_pytree_with_keys(
+    _Keyed,
+    lambda k: (((jax.tree_util.GetAttrKey("value"), k.value),), None),
+    lambda aux, children: _Keyed(*children),
+)
+
+
 def test_structures_with_custom_nodes_are_not_cached():
-    # An nnx.State (and an nnx.Optimizer) is a custom node: its keys are its own
-    # flatten_with_keys's, which no structure comparison could vouch for.
+    # A custom node's keys are its own flatten_with_keys's, which no structure comparison could
+    # vouch for.
+    cache = AliasCache()
+    model = _Model()
+    _never_kept(cache, args=(model, _Keyed(nnx.Param(jnp.ones(2)))), kwargs={})
+
+
+def test_states_and_optimizers_are_cached_and_a_changed_state_is_a_miss():
+    # nnx.State and nnx.Optimizer are native attribute nodes (their keys follow from their aux
+    # data): kept, and handed out while nothing changed.
+    import optax
+
     cache = AliasCache()
     model = _Model()
     state = nnx.state(_Model(seed=3))  # another model's: no alias
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
     assert type(state) is nnx.State
-    _never_kept(cache, args=(model, state), kwargs={})
+    assert _core.attribute_node(nnx.State) is not None
+    args = {"args": (model, state, optimizer), "kwargs": {}}
+    kinds = []
+    for _ in range(3):
+        kind, answer = _answer(cache, **args)
+        kinds.append(kind)
+        assert _same(answer, _flax(**args))
+    assert kinds == ["miss", "hit", "hit"]
+    state["extra"] = nnx.Param(jnp.zeros(1))  # a new key in the State's dict
+    kind, answer = _answer(cache, **args)
+    assert kind == "miss" and _same(answer, _flax(**args))
+    assert any("extra" in jax.tree_util.keystr(path) for path in answer)
 
 
 def test_a_custom_node_appearing_is_never_flattened_by_the_cache():
     # flax's walk calls a custom node's flatten_with_keys; the cache's walk, which has none,
     # must not call its flatten where the node appears inside cached arguments.
-    import jax
 
     calls = []
 

@@ -30,9 +30,10 @@ def test_every_walk_names_mirrored_code_and_every_mirrored_name_serves_a_walk():
         assert sorted(found) == sorted(names), walk
     used = set().union(*flax_nnx_graph.WALKS.values())
     assert used == qualnames, sorted(qualnames - used)  # no mirrored name guards nothing
-    # Tree mode's one name outside the walks: it vouches for Optimizer's lookup (flax_nnx).
+    # Tree mode's names outside the walks' gate: nnx.State's node (its own gate; its __init__
+    # is also the update walk's) and Optimizer's lookup, which flax_nnx vouches for.
     assert set(flax_nnx.MIRRORED) - set(_flax_nnx_shared.MIRRORED) == {
-        _flax_nnx_shared.OPTIMIZER_GETATTRIBUTE}
+        *_flax_nnx_shared.STATE_MIRRORED, _flax_nnx_shared.OPTIMIZER_GETATTRIBUTE}
     # Each function attach rebinds is in the set of the walk that replaces it.
     for walk, bound in flax_nnx_graph._BINDS.items():
         assert bound in flax_nnx_graph.WALKS[walk]

@@ -77,6 +77,12 @@ PyObject* NewInstance(PyObject* cls);
 // `name` as int() reads it, or `name` itself (a new reference); null with an error set on a
 // failure other than the ValueError of a name that is no integer.
 PyObject* MaybeInt(PyObject* name);
+// `name` as Python finds it on a plain instance whose __dict__ is `dict` (an exact dict): the
+// instance dict, else a plain class attribute. A new reference; null without an error when
+// absent or not plain (a data descriptor on the class, which would win over the instance dict;
+// a method or property), with one only on failure. Runs no Python code. Shared with the items
+// layout (attr_items.h).
+PyObject* PlainAttribute(PyObject* cls, PyObject* dict, PyObject* name);
 // Ints before strs; ints by value, strs by code point (sorted()'s order for such keys, and
 // flax's _type_aware_sort). Exact int and str only: no Python code runs.
 bool KeyLess(PyObject* a, PyObject* b);

@@ -183,16 +183,17 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                                    "rebuild_order", "post_init",    "trusted_getattribute",
                                    "mapping",       "meta_items",   "key_names",
                                    "rebuild_with",  "trace_classes", "trace_field",
-                                   nullptr};
+                                   "items_field",   nullptr};
     PyObject *cls, *data, *meta = nullptr, *missing = nullptr, *extra = Py_None,
                           *order = Py_None, *trusted = Py_None, *mapping = Py_None,
                           *key_names = Py_None, *rebuild_with = Py_None,
-                          *trace_classes = Py_None, *trace_field = Py_None;
+                          *trace_classes = Py_None, *trace_field = Py_None,
+                          *items_field = Py_None;
     int names_as_aux = 0, post_init = 0, meta_items = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOOOO", const_cast<char**>(kwlist),
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O$OOpOpOOpOOOOO", const_cast<char**>(kwlist),
                                      &cls, &data, &meta, &missing, &extra, &names_as_aux, &order,
                                      &post_init, &trusted, &mapping, &meta_items, &key_names,
-                                     &rebuild_with, &trace_classes, &trace_field)) {
+                                     &rebuild_with, &trace_classes, &trace_field, &items_field)) {
         return nullptr;
     }
     if (!PyType_Check(cls)) {
@@ -273,6 +274,20 @@ PyObject* New(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
             return nullptr;
         }
         n->trace_classes = Py_NewRef(trace_classes);
+    }
+    if (items_field != Py_None) {
+        // The items layout: one dict attribute, nothing else of the layouts above.
+        if (!PyUnicode_CheckExact(items_field) || NumData(n) != 0 || NumMeta(n) != 0 ||
+            n->extra_fields != nullptr || n->names_as_aux || n->mapping != nullptr ||
+            n->rebuild_with != nullptr || n->trace_field != nullptr || n->post_init) {
+            PyErr_SetString(PyExc_TypeError,
+                            "attribute node: items_field is an attribute name, and takes no "
+                            "fields, mapping, names_as_aux, rebuild_with, trace_field or "
+                            "post_init");
+            return nullptr;
+        }
+        n->items_field = Py_NewRef(items_field);
+        PyUnicode_InternInPlace(&n->items_field);
     }
     Ref key_source(key_names == Py_None ? Py_NewRef(n->data_fields)
                                         : NameTuple(key_names, "key_names"));

@@ -249,6 +249,7 @@ int Traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(n->library_unflatten);
     Py_VISIT(n->trusted_getattribute);
     Py_VISIT(n->trusted_code);
+    Py_VISIT(n->items_field);
     Py_VISIT(n->rebuild_with);
     Py_VISIT(n->trace_classes);
     Py_VISIT(n->trace_field);
@@ -295,6 +296,7 @@ void Dealloc(PyObject* self) {
     Py_CLEAR(n->regular_aux);
     Py_CLEAR(n->trusted_getattribute);
     Py_CLEAR(n->trusted_code);
+    Py_CLEAR(n->items_field);
     Py_CLEAR(n->rebuild_with);
     Py_CLEAR(n->trace_classes);
     Py_CLEAR(n->trace_field);
@@ -338,7 +340,7 @@ PyTypeObject* CreateType() {
              "AttrNode(cls, data_fields, meta_fields=(), *, missing=<none>, extra_fields=None, "
              "names_as_aux=False, rebuild_order=None, post_init=False, "
              "trusted_getattribute=None, mapping=None, meta_items=False, key_names=None, "
-             "rebuild_with=None, trace_classes=None, trace_field=None)\n"
+             "rebuild_with=None, trace_classes=None, trace_field=None, items_field=None)\n"
              "--\n\nThe layout of an attribute node (see "
              "fastree.tree_util.register_attribute_node).")},
         {0, nullptr},

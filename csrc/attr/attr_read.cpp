@@ -2,6 +2,7 @@
 // (meta items kept while unchanged), and each child's key. The layout is registry/attr_node.h's.
 #include "attr/attr_node_internal.h"
 
+#include "attr/attr_items.h"
 #include "attr/attr_mapping.h"
 #include "registry/dict_items.h"
 #include "registry/keys.h"
@@ -346,6 +347,15 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
             if (DelegatesIrregular(node) && !regular) return Outcome::kLibraryOnce;
         }
     }
+    if (node->items_field != nullptr) {
+        if (!inst.general && inst.dict) return ReadItems(node, inst.dict.get(), want_aux, out);
+        if (HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
+        PyErr_Format(PyExc_TypeError,
+                     "attribute node of %.200s: an instance whose attributes are not a plain "
+                     "__dict__ cannot be read by its items layout",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
+        return Outcome::kError;
+    }
     if (node->mapping != nullptr) {
         if (!inst.general && inst.dict) return ReadMapping(node, inst.dict.get(), want_aux, out);
         if (HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
@@ -403,6 +413,7 @@ Outcome Read(AttrNode* node, PyObject* obj, bool want_aux, Fields* out) {
 
 PyObject* ChildKey(AttrNode* node, PyObject* aux, Py_ssize_t k) {
     if (node->mapping != nullptr) return MappingChildKey(aux, k);
+    if (node->items_field != nullptr) return ItemsChildKey(aux, k);
     // A names_as_aux node made by the library's flatten has its own names.
     if (node->names_as_aux && aux != node->data_fields && PyTuple_Check(aux) &&
         k < PyTuple_GET_SIZE(aux)) {

@@ -3,6 +3,7 @@
 // and whether aux data fits the layout (CheckAux).
 #include "attr/attr_node_internal.h"
 
+#include "attr/attr_items.h"
 #include "attr/attr_mapping.h"
 #include "attr/nnx_shared.h"
 
@@ -107,6 +108,7 @@ bool RunPostInit(PyObject* obj) {
 
 bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
     if (node->mapping != nullptr) return CheckMappingAux(node, aux, arity);
+    if (node->items_field != nullptr) return CheckItemsAux(node, aux, arity);
     if (node->meta_items) {
         if (PyTuple_Check(aux)) return true;
         PyErr_Format(PyExc_ValueError,
@@ -132,6 +134,7 @@ bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
 
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
     if (node->mapping != nullptr) return BuildMapping(node, aux, children, n);
+    if (node->items_field != nullptr) return BuildItems(node, aux, children, n);
     if (node->rebuild_with != nullptr) return BuildWith(node, aux, children, n);
     if (node->names_as_aux) {
         const int own = IsOwnNames(node, aux);

@@ -27,6 +27,9 @@
 // (keys may be given other names: key_names), the aux data the sorted items of the one meta
 // field, a dict; a rebuild calls the class's own constructor method (rebuild_with).
 //
+// A fifth, flax.nnx's State's (items_field): the children are the values of one dict attribute
+// in sorted key order, the aux data those keys (attr/attr_items.h).
+//
 // A second aux layout, chex's (names_as_aux): the aux data is the tuple of the data field names,
 // the children are in that order, and an instance whose __dict__ holds other names is one the
 // library answers for (delegate_irregular). A rebuild may set the fields in another order
@@ -128,6 +131,8 @@ struct AttrNode {
     bool use_library;           // a check failed: the library's functions answer
     struct MappingLayout* mapping;  // or null: the mapping layout's settings (attr_mapping.h;
                                     // PyMem, its references owned and visited by the GC)
+    PyObject* items_field;  // or null: the items layout's attribute (attr/attr_items.h), an
+                            // interned str
     PyObject* trusted_getattribute;  // or null: a class-level __getattribute__ (the library's
                                      // own) under which an instance still reads natively
     PyObject* trusted_code;  // or null: that function's code object when it was vouched for; a

@@ -462,8 +462,8 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
     if (!guard.ok()) return false;
     attr::AttrNode* node = attr::AsNode(reg->attr_node);
     attr::Fields fields;  // every child read (owned) before any is visited: see attr/attr_read.cpp
-    // A mapping-layout node's keys come from its aux data (its names differ per instance).
-    const bool per_instance_keys = node->mapping != nullptr;
+    // A mapping- or items-layout node's keys come from its aux data (they differ per instance).
+    const bool per_instance_keys = node->mapping != nullptr || node->items_field != nullptr;
     switch (attr::Read(node, obj, Walk::kDef || (Walk::kPaths && per_instance_keys), &fields)) {
         case attr::Outcome::kError:
             return false;

@@ -302,7 +302,7 @@ PyObject* AttributeKind::Build(const NodeParts& parts, PyObject** children) {
 
 bool AttributeKind::CheckParts(const NodeParts& parts, PyObject*) {
     attr::AttrNode* node = attr::AsNode(parts.custom->attr_node);
-    if (!node->names_as_aux && node->mapping == nullptr &&
+    if (!node->names_as_aux && node->mapping == nullptr && node->items_field == nullptr &&
         parts.arity != attr::NumChildren(node)) {
         PyErr_Format(PyExc_ValueError, "attribute node of %R expects %zd children, got %zd.",
                      node->cls, attr::NumChildren(node), parts.arity);

@@ -128,6 +128,9 @@ class AttrNode:
         meta_items: bool = False,
         key_names: Iterable[str] | None = None,
         rebuild_with: str | None = None,
+        trace_classes: tuple[Any, Any, Any, Any] | None = None,
+        trace_field: str | None = None,
+        items_field: str | None = None,
     ) -> AttrNode: ...
     @property
     def cls(self) -> type: ...

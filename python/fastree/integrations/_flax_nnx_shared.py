@@ -47,6 +47,16 @@ _PYTREE_STATE_MIRRORED = tuple(
 )
 MIRRORED: tuple[_mirrored_code.Mirrored, ...] = (
     _VARIABLE_MIRRORED + _PYTREE_MIRRORED + _PYTREE_STATE_MIRRORED[:3])
+STATE_MODULE = "flax.nnx.statelib"
+# nnx.State, a Mapping over its `_mapping` dict (the items layout, csrc/attr/attr_items.h): its
+# three registered functions and the __init__ a rebuild stands in for. A gate of its own, out of
+# MIRRORED (which the graph walks' gate reads): flax registers State while statelib still runs.
+STATE_MIRRORED = tuple(
+    _mirrored_code.Mirrored(STATE_MODULE, name)
+    for name in ("_state_flatten_with_keys", "_state_flatten", "_state_unflatten",
+                 "State.__init__")
+)
+state_code = _mirrored_code.Gate("flax", STATE_MIRRORED, _known_flax.KNOWN_CODE)
 # nnx.Optimizer's own __getattribute__ (ModelAndOptimizer inherits it): it refuses `model` and
 # passes every other name to object's, so a Pytree node may read an Optimizer's __dict__
 # natively where this is the code of the release the Pytree code is (flax_nnx.native_node). Not

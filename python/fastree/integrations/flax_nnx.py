@@ -38,7 +38,7 @@ _VARIABLE_MODULE = _shared.VARIABLE_MODULE
 _TYPING_MODULE = _shared.TYPING_MODULE
 _TRACERS_MODULE = _shared.TRACERS_MODULE
 # What tree mode reproduces: the nodes' code, and the one __getattribute__ they read through.
-MIRRORED = _shared.MIRRORED + (_shared.OPTIMIZER_GETATTRIBUTE,)
+MIRRORED = _shared.MIRRORED + _shared.STATE_MIRRORED + (_shared.OPTIMIZER_GETATTRIBUTE,)
 code_verdict = _shared.code_verdict
 known_code = _shared.known_code
 
@@ -160,6 +160,58 @@ def _pytree_state_node(cls: type, flatten_with_keys: Any, unflatten: Any,
     return node
 
 
+def _state_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
+    # statelib.State and its subclasses, registered with _state_flatten_with_keys,
+    # partial(_state_unflatten, cls) and (State itself) _state_flatten: the children are the
+    # values of sorted(x._mapping.items()), the aux data the sorted keys, and a rebuild is
+    # cls(zip(keys, children)), whose __init__ sets `_mapping = dict(...)` through object's
+    # __setattr__. The items layout does that in C where the class's construction is exactly that.
+    statelib = sys.modules.get(_shared.STATE_MODULE)
+    state = getattr(statelib, "State", None)
+    base_flatten = getattr(statelib, "_state_flatten", None)
+    base_flatten_with_keys = getattr(statelib, "_state_flatten_with_keys", None)
+    base_unflatten = getattr(statelib, "_state_unflatten", None)
+    if (
+        not isinstance(state, type)
+        or not isinstance(cls, type)
+        or not issubclass(cls, state)
+        or base_flatten_with_keys is None
+        or flatten_with_keys not in (base_flatten_with_keys, None)
+        or flatten not in (base_flatten, None)
+        or not isinstance(unflatten, functools.partial)
+        or unflatten.func is not base_unflatten
+        or unflatten.args != (cls,)
+        or unflatten.keywords
+        or not _constructed_as_state(cls, state)
+        or not _shared.state_code
+    ):
+        return None
+    node = _core.AttrNode(cls, (), items_field="_mapping")
+    # Each rebuild makes a new `_mapping` dict: compared by its keys and value objects.
+    _checked.attach(node, base_flatten, base_flatten_with_keys, unflatten, fresh=("_mapping",))
+    return node
+
+
+def _constructed_as_state(cls: type, state: type) -> bool:
+    # `cls(...)` runs State.__init__ alone: type's own call, object's __new__, State's __init__,
+    # and no __setattr__ between State and object on the MRO for its super().__setattr__ to
+    # reach. Read from the class dicts (no descriptor runs).
+    def found(name: str) -> Any:
+        for base in cls.__mro__:
+            if name in vars(base):
+                return vars(base)[name]
+        return None
+
+    mro = cls.__mro__
+    after = mro[mro.index(state) + 1:]
+    return (
+        type(cls).__call__ is type.__call__
+        and found("__new__") is object.__new__
+        and found("__init__") is vars(state).get("__init__")
+        and not any("__setattr__" in vars(base) for base in after if base is not object)
+    )
+
+
 def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any) -> Any | None:
     """The checked :class:`~fastree._core.AttrNode` for an nnx registration, or None.
 
@@ -172,6 +224,9 @@ def native_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     pytree_state = _pytree_state_node(cls, flatten_with_keys, unflatten, flatten)
     if pytree_state is not None:
         return pytree_state
+    state = _state_node(cls, flatten_with_keys, unflatten, flatten)
+    if state is not None:
+        return state
     if not _shared.variable_code:
         return None
     _attach_graph_mode()
