@@ -152,6 +152,35 @@ def skip_unless_integration_knows(library: str, integration_name: str | None = N
         )
 
 
+def flax_walk_status(**overrides: str) -> dict[str, str]:
+    """What ``flax_nnx_graph.status()`` says once fastree is installed and nothing was replaced:
+    ``"native"`` for each graph walk whose mirrored code is the loaded flax release's, else that
+    walk's verdict (flax 0.12.7 has no ``extract.labeled``, ``apply_updates`` or ``Updates``: its
+    alias check and write-back stay flax's). ``overrides`` set what a test changed."""
+    import flax.nnx  # noqa: F401  (the modules whose code is fingerprinted)
+    from fastree.integrations import _known_flax, _mirrored_code, flax_nnx_graph
+
+    for module in sorted({item.module for item in flax_nnx_graph.MIRRORED}):
+        importlib.import_module(module)
+    out = {}
+    for walk in flax_nnx_graph.WALKS:
+        verdict = _mirrored_code.recognise("flax", flax_nnx_graph.walk_mirrored(walk),
+                                           _known_flax.KNOWN_CODE)
+        out[walk] = "native" if verdict else verdict.reason
+    out.update(overrides)
+    return out
+
+
+def skip_unless_flax_serves(*walks: str) -> None:
+    """Skips (the test, or at import the whole module) where the loaded flax release's code for
+    one of these graph walks is not code fastree mirrors: the walk is flax's own there."""
+    status = flax_walk_status()
+    unserved = [walk for walk in walks if status[walk] != "native"]
+    if unserved:
+        pytest.skip(f"this flax's {', '.join(unserved)} is flax's own: "
+                    f"{status[unserved[0]]}", allow_module_level=True)
+
+
 def run_json_program(program: str, installed: bool, *args: str) -> Any:
     """Runs ``program`` in a child process, plainly or with fastree installed into JAX before
     anything else is imported (as ``python -m fastree.run`` installs it), with no FASTREE_*

@@ -17,6 +17,9 @@ import weakref
 import pytest
 
 pytest.importorskip("flax.nnx")
+import helpers  # noqa: E402
+
+helpers.skip_unless_flax_serves("check_no_aliases")  # extract.labeled: flax 0.12.8 and later
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

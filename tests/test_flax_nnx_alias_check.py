@@ -13,6 +13,7 @@ import helpers
 import pytest
 
 helpers.skip_unless_integration_knows("flax", "flax_nnx")
+helpers.skip_unless_flax_serves("check_no_aliases")
 
 _PRELUDE = """
 import json, sys

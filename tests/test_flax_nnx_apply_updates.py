@@ -15,6 +15,7 @@ import helpers
 import pytest
 
 helpers.skip_unless_integration_knows("flax", "flax_nnx")
+helpers.skip_unless_flax_serves("apply_updates")
 
 _PRELUDE = """
 import json

@@ -99,9 +99,15 @@ def test_a_changed_function_turns_off_exactly_the_walks_that_mirror_it(recognise
     assert recognise_with(name) == expected
 
 
-def test_the_loaded_flax_serves_every_walk(recognise_with):
+def test_the_loaded_flax_serves_every_walk_its_code_has(recognise_with):
+    # Every walk, on a release whose code has every mirrored name; 0.12.7, with no
+    # extract.labeled, apply_updates or Updates, keeps the alias check and write-back flax's.
     flax_nnx_graph._recognise_walks()
-    assert all(flax_nnx_graph._walk_verdicts.values())
+    unserved = {walk for walk, verdict in flax_nnx_graph._walk_verdicts.items() if not verdict}
+    from flax.nnx import extract
+
+    newer = all(hasattr(extract, name) for name in ("labeled", "apply_updates", "Updates"))
+    assert unserved == (set() if newer else {"check_no_aliases", "apply_updates"}), unserved
 
 
 _CHECK_CAN_UPDATE_CHANGED = """

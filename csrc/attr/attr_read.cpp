@@ -295,11 +295,12 @@ bool UsesObjectGetattribute(PyTypeObject* t) {
 bool PlainAttributeAccess(const AttrNode* node, PyTypeObject* t) {
     if (UsesObjectGetattribute(t)) return true;
     if (node->trusted_getattribute == nullptr) return false;
-    PyObject* found = _PyType_Lookup(t, g_getattribute_name);  // borrowed, compared only
-    // The same function with the code it was vouched for: `f.__code__ = ...` (a hot reloader,
-    // a patch in place) makes it code the integration never read.
-    return found == node->trusted_getattribute &&
-           (node->trusted_code == nullptr || PyFunction_GET_CODE(found) == node->trusted_code);
+    // The same function (compared only: the lookup's result is borrowed), with the code it was
+    // vouched for: `f.__code__ = ...` (a hot reloader, a patch in place) makes it code the
+    // integration never read. The function read is the node's own reference.
+    return _PyType_Lookup(t, g_getattribute_name) == node->trusted_getattribute &&
+           (node->trusted_code == nullptr ||
+            PyFunction_GET_CODE(node->trusted_getattribute) == node->trusted_code);
 }
 
 

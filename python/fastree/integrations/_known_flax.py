@@ -3,7 +3,8 @@
 One line per mirrored function or class and code: its ``module:qualname``, the fingerprint of its
 code (:mod:`fastree.integrations._mirrored_code`), and the flax releases that have that code. A
 function whose code changed in a release has one line per code; a release that changes nothing
-adds its name to every line. The names are what the tree-mode nodes (``_flax_nnx_shared``) and
+adds its name to every line. The names are what the tree-mode nodes (``_flax_nnx_shared``: the
+Pytree, Variable and State nodes, and the Optimizer ``__getattribute__`` they read through) and
 the graph walks (``flax_nnx_graph.MIRRORED``, and per walk ``flax_nnx_graph.WALKS``) reproduce.
 Lines are printed by ``python -m fastree.integrations._mirrored_code flax`` on each release, and
 added after that release passed the integration's tests natively in ``scripts/release_matrix.py``.

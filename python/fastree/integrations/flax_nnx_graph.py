@@ -349,7 +349,7 @@ def status() -> dict[str, str]:
 
     >>> from fastree.integrations import flax_nnx_graph
     >>> sorted(flax_nnx_graph.status())
-    ['_merge_to_flat_state', 'check_no_aliases', 'flatten', 'unflatten', 'unflatten_into_existing', 'update']
+    ['_merge_to_flat_state', 'apply_updates', 'check_no_aliases', 'flatten', 'unflatten', 'unflatten_into_existing', 'update']
     """
     graph = _graph
     if graph is None or not _bound:
