@@ -5,6 +5,7 @@
 
 #include "attr/attr_mapping.h"
 #include "registry/dict_items.h"
+#include "registry/key_sort.h"
 #include "registry/keys.h"
 #include "util/free_threading.h"
 #include "util/pyutils.h"
@@ -68,8 +69,9 @@ Outcome ReadItems(const AttrNode* node, PyObject* dict, bool want_aux, Fields* o
     }
     // Exact str or exact int keys, unique: KeyLess runs no Python code, and sorted()'s tuple
     // comparison of (key, value) pairs never reaches a value.
-    std::sort(items.begin(), items.end(),
-              [](const Item& a, const Item& b) { return KeyLess(a.key, b.key); });
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+        return PyUnicode_CheckExact(a.key) ? StrLess(a.key, b.key) : KeyLess(a.key, b.key);
+    });
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     Ref aux;
     if (want_aux) {
