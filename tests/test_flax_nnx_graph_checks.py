@@ -145,6 +145,10 @@ print(json.dumps(out))
 
 
 def test_updates_of_array_ref_variables_stay_native():
+    from flax import nnx
+
+    if not hasattr(nnx, "with_vars"):
+        pytest.skip("this flax has no nnx.with_vars (0.12.8 and later do)")
     try:
         plain = run_json_program(_ARRAY_REFS, False)
     except AssertionError as error:

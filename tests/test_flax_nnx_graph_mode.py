@@ -152,8 +152,10 @@ def test_flatten_cases_compare_for_real():
 def test_status_native_for_known_flax_after_every_case():
     status = child_json("flatten")["status"]
     assert status["flatten"] == "native"
-    # no type was left to flax by a difference over all the cases
-    assert {key: why for key, why in status.items() if why != "native"} == {}
+    # no type was left to flax by a difference over all the cases, and every walk is as the
+    # release's code makes it (flax 0.12.7 has no code for two of them)
+    expected = helpers.flax_walk_status()
+    assert {key: why for key, why in status.items() if why != expected.get(key)} == {}
 
 
 def test_unknown_flax_code_keeps_flax_functions():
@@ -347,7 +349,9 @@ def test_a_native_walk_that_differs_gives_flax_result_and_falls_back():
     # Odd now goes through flax's function, equal to flax's; the other types stay native
     assert a["again"] == [] and a["again_walked"] is True
     assert a["others"] == [] and a["others_walked"] is False
-    assert [key for key, why in a["status"].items() if why != "native"] == [a["key"]]
+    expected = helpers.flax_walk_status()
+    assert [key for key, why in a["status"].items() if why != expected.get(key, "native")] == [
+        a["key"]]
     # integrations.status(cls) says it too, after the class's tree-mode status
     assert a["class_status"].endswith("; graph mode: flax: " + a["status"][a["key"]][6:])
 

@@ -73,6 +73,8 @@ def recognise_with(monkeypatch):
     saved = dict(flax_nnx_graph._walk_verdicts)
     bound = flax_nnx_graph._bound
     flax_nnx_graph.detach()
+    # Walks the release's code leaves to flax anyway (0.12.7's alias check and write-back).
+    off = {walk for walk, why in helpers.flax_walk_status().items() if why != "native"}
 
     def run(name: str) -> dict[str, bool]:
         table = {release: {**prints, name: "0" * 16}
@@ -82,7 +84,7 @@ def recognise_with(monkeypatch):
         served = {walk: bool(v) for walk, v in flax_nnx_graph._walk_verdicts.items()}
         assert bool(whole) == any(served.values())
         for walk, verdict in flax_nnx_graph._walk_verdicts.items():
-            assert verdict or name in verdict.reason, (walk, verdict.reason)
+            assert verdict or name in verdict.reason or walk in off, (walk, verdict.reason)
         return served
 
     yield run
@@ -95,7 +97,9 @@ def recognise_with(monkeypatch):
 @pytest.mark.parametrize("name", _NAMES)
 def test_a_changed_function_turns_off_exactly_the_walks_that_mirror_it(recognise_with, name):
     qualname = name.partition(":")[2]
-    expected = {walk: qualname not in names for walk, names in flax_nnx_graph.WALKS.items()}
+    served = {walk: why == "native" for walk, why in helpers.flax_walk_status().items()}
+    expected = {walk: served[walk] and qualname not in names
+                for walk, names in flax_nnx_graph.WALKS.items()}
     assert recognise_with(name) == expected
 
 
