@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attr/attr_mapping.h"
+#include "attr/attr_node_internal.h"
 #include "registry/dict_items.h"
 #include "registry/key_sort.h"
 #include "registry/keys.h"
@@ -107,16 +108,7 @@ PyObject* BuildItems(AttrNode* node, PyObject* aux, PyObject* const* children, P
     if (!(PyTuple_Check(aux) && PyTuple_GET_SIZE(aux) == n) &&
         HasFunction(node, &AttrNode::library_unflatten)) {
         // Not the aux data a read makes: the library's rebuild (its zip() pairs the shorter).
-        Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
-        if (!fn) {  // cleared since the test above (the node's tp_clear)
-            PyErr_SetString(PyExc_RuntimeError,
-                            "fastree: an attribute node's library functions are gone");
-            return nullptr;
-        }
-        Ref kids(NewSequenceOf<true>(n, [&](Py_ssize_t i) { return Py_NewRef(children[i]); }));
-        if (!kids) return nullptr;
-        PyObject* args[2] = {aux, kids.get()};
-        return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
+        return LibraryRebuild(node, aux, children, n);
     }
     if (!CheckItemsAux(node, aux, n)) return nullptr;
     // `aux` and `children` are the caller's and stay alive. Each insertion hashes a key, as

@@ -67,6 +67,13 @@ int FieldsPresent(const AttrNode* node, const Instance& inst);
 // asked), and says so in *ran. kNative to go on reading.
 Outcome CheckIfDue(AttrNode* node, PyObject* obj, bool regular, bool* ran);
 
+// ---- rebuilding (attr/attr_rebuild.cpp)
+
+// The library's unflatten(aux, children) for an instance the node leaves to it (the items
+// layout's odd aux data, a names_as_aux node's instance the library flattened). Null with an
+// error set, a RuntimeError where the node has no library functions (any more).
+PyObject* LibraryRebuild(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n);
+
 // ---- the type's constructor (attr/attr_node_new.cpp)
 
 // AttrNode(...), the type's tp_new: checks the arguments and works out the layout from them.

@@ -132,6 +132,20 @@ bool CheckAux(AttrNode* node, PyObject* aux, Py_ssize_t arity) {
     return false;
 }
 
+PyObject* LibraryRebuild(AttrNode* node, PyObject* aux, PyObject* const* children,
+                         Py_ssize_t n) {
+    Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
+    if (!fn) {  // none attached, or cleared since the caller looked (the node's tp_clear)
+        PyErr_SetString(PyExc_RuntimeError,
+                        "fastree: an attribute node's library functions are gone");
+        return nullptr;
+    }
+    Ref kids(NewSequenceOf<true>(n, [&](Py_ssize_t i) { return Py_NewRef(children[i]); }));
+    if (!kids) return nullptr;
+    PyObject* args[2] = {aux, kids.get()};
+    return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
+}
+
 PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssize_t n) {
     if (node->mapping != nullptr) return BuildMapping(node, aux, children, n);
     if (node->items_field != nullptr) return BuildItems(node, aux, children, n);
@@ -141,16 +155,7 @@ PyObject* Build(AttrNode* node, PyObject* aux, PyObject* const* children, Py_ssi
         if (own < 0) return nullptr;
         if (!own && HasFunction(node, &AttrNode::library_unflatten) && CheckAux(node, aux, n)) {
             // An instance the library flattened (delegate_irregular): the library rebuilds it.
-            Ref fn = NodeFunction(node, &AttrNode::library_unflatten);
-            if (!fn) {  // cleared since the test above (the node's tp_clear)
-                PyErr_SetString(PyExc_RuntimeError,
-                                "fastree: an attribute node's library functions are gone");
-                return nullptr;
-            }
-            Ref kids(NewSequenceOf<true>(n, [&](Py_ssize_t i) { return Py_NewRef(children[i]); }));
-            if (!kids) return nullptr;
-            PyObject* args[2] = {aux, kids.get()};
-            return PyObject_Vectorcall(fn.get(), args, 2, nullptr);
+            return LibraryRebuild(node, aux, children, n);
         }
         if (!own) {
             if (PyErr_Occurred()) return nullptr;
