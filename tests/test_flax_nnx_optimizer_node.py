@@ -72,7 +72,7 @@ def outcome(tree):
         "rebuilt": type(rebuilt).__name__,
         "rebuilt_leaves_same": all(a is b for a, b in zip(jax.tree_util.tree_leaves(rebuilt),
                                                            leaves)),
-        "asked": [list(n) for n in names],
+        "asked": [list(n) for n in names], "asked_count": len(asked),
     }
 
 def error(fn):
@@ -111,7 +111,7 @@ def runs():
 def _same_tree(plain, installed, case):
     got, want = installed[case], plain[case]
     assert got["same_leaves"] and want["same_leaves"], case
-    for key in ("num_leaves", "paths", "rebuilt", "rebuilt_leaves_same", "asked"):
+    for key in ("num_leaves", "paths", "rebuilt", "rebuilt_leaves_same", "asked", "asked_count"):
         assert got[key] == want[key], (case, key)
     assert got["rebuilt_leaves_same"]
 

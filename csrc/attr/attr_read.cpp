@@ -319,13 +319,22 @@ bool InitPlainAttributeAccess() {
 }
 
 Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fields* out) {
+    if (check) {
+        if (UsesLibrary(node)) return Outcome::kLibrary;
+        // An instance whose class reads attributes through a __getattribute__ no integration
+        // vouched for: the library reads it as it reads every instance, and nothing is read here
+        // first (asking for its __dict__ would run that function once more than the library).
+        if (HasFunction(node, &AttrNode::library_flatten) &&
+            !PlainAttributeAccess(node, Py_TYPE(obj))) {
+            return Outcome::kLibraryOnce;
+        }
+    }
     Instance inst;
     if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
     int regular = Regular(node, inst);
     if (regular < 0) return Outcome::kError;
     if (check) {
-        if (UsesLibrary(node)) return Outcome::kLibrary;
-        // Not a plain instance: the library reads it as it reads every instance.
+        // Not a plain instance (a __dict__ that is not an exact dict): the library reads it.
         if (inst.general && HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
         if (DelegatesIrregular(node) && !regular) return Outcome::kLibraryOnce;
         // As many names as fields but not the fields (a field left out by __init__, another
