@@ -16,12 +16,12 @@ namespace {
 PyObject* g_getattribute_name = nullptr;
 PyObject* g_object_getattribute = nullptr;
 
-// Reads `obj`'s __dict__ into *inst. False with an error set on failure. Asking for it makes
-// the dict if the instance keeps its attributes inline (CPython 3.11+), as `obj.__dict__` in
-// the library's own flatten does.
-bool ReadInstance(const AttrNode* node, PyObject* obj, Instance* inst) {
+// Reads `obj`'s __dict__ into *inst (`plain`: PlainAttributeAccess of its type). False with an
+// error set on failure. Asking for it makes the dict if the instance keeps its attributes inline
+// (CPython 3.11+), as `obj.__dict__` in the library's own flatten does.
+bool ReadInstance(const AttrNode* node, PyObject* obj, bool plain, Instance* inst) {
     inst->obj = obj;
-    inst->general = !PlainAttributeAccess(node, Py_TYPE(obj));
+    inst->general = !plain;
     if (inst->general) {
         // Whatever __dict__ the class serves (only its size is used: Regular below).
         inst->dict = Ref(PyObject_GetAttrString(obj, "__dict__"));
@@ -319,18 +319,16 @@ bool InitPlainAttributeAccess() {
 }
 
 Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fields* out) {
-    if (check) {
-        if (UsesLibrary(node)) return Outcome::kLibrary;
-        // An instance whose class reads attributes through a __getattribute__ no integration
-        // vouched for: the library reads it as it reads every instance, and nothing is read here
-        // first (asking for its __dict__ would run that function once more than the library).
-        if (HasFunction(node, &AttrNode::library_flatten) &&
-            !PlainAttributeAccess(node, Py_TYPE(obj))) {
-            return Outcome::kLibraryOnce;
-        }
+    if (check && UsesLibrary(node)) return Outcome::kLibrary;
+    const bool plain = PlainAttributeAccess(node, Py_TYPE(obj));
+    // An instance whose class reads attributes through a __getattribute__ no integration vouched
+    // for: the library reads it as it reads every instance, and nothing is read here first
+    // (asking for its __dict__ would run that function once more than the library does).
+    if (check && !plain && HasFunction(node, &AttrNode::library_flatten)) {
+        return Outcome::kLibraryOnce;
     }
     Instance inst;
-    if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
+    if (!ReadInstance(node, obj, plain, &inst)) return Outcome::kError;
     int regular = Regular(node, inst);
     if (regular < 0) return Outcome::kError;
     if (check) {
@@ -350,7 +348,9 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
         if (outcome != Outcome::kNative) return outcome;
         if (checked) {
             // The checker ran Python code: read the instance as it is now.
-            if (!ReadInstance(node, obj, &inst)) return Outcome::kError;
+            if (!ReadInstance(node, obj, PlainAttributeAccess(node, Py_TYPE(obj)), &inst)) {
+                return Outcome::kError;
+            }
             regular = Regular(node, inst);
             if (regular < 0) return Outcome::kError;
             if (inst.general && HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
