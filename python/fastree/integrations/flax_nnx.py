@@ -9,7 +9,11 @@ the attributes into data and static ones by the instance's ``_pytree__nodes`` ma
 
 Each ``Variable`` class is registered with module functions of ``flax.nnx.variablelib``: the
 raw value as the one child (key ``GetAttrKey('value')``) and ``tuple(sorted(metadata.items()))``
-as aux data, rebuilt by ``cls._new(value, dict(aux))``.
+as aux data, rebuilt by ``cls._new(value, dict(aux))``. ``nnx.State`` (a Mapping over its
+``_mapping`` dict) is registered with ``statelib`` functions: the values of its sorted items as
+children, the sorted keys as aux data, rebuilt by ``cls(zip(keys, children))`` (the items layout,
+``csrc/attr/attr_items.h``). ``nnx.Optimizer`` has a ``__getattribute__`` of its own, which the
+Pytree node reads through only where its code is a known release's (:func:`_optimizer_getattribute`).
 
 When fastree is installed before flax registers its classes (``python -m fastree.run``,
 ``FASTREE_INSTALL=1``), :func:`native_node` recognises those functions and gives the class an
