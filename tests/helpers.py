@@ -322,7 +322,6 @@ class WithDropped:
     cache: int = 0
 
 
-
 def served_and_given_back(module: str, name: str) -> list[str]:
     """The file defining ``module.name`` installed, after ``fastree.uninstall()``, and installed
     again, in a child process that installs by hand (``run_json_program``, plainly)."""
@@ -339,6 +338,7 @@ again = module.{name}.__code__.co_filename
 print(json.dumps([served, back, again]))
 """
     return run_json_program(program, False)
+
 
 def _jax_drop_fields_work() -> bool:
     # jax < 0.7 (the newest for Python 3.10 is 0.6.2) unpacks each dropped name into its

@@ -71,13 +71,9 @@ PyObject* MaybeInt(PyObject* name) {
     return Py_NewRef(name);
 }
 
-// Ints before strs; ints by value, strs by code point (sorted()'s order for such keys).
-// Exact int and str only: no Python code runs.
-// PlainAttribute (attr_mapping.h): `name` as Python finds it on a plain instance whose __dict__ is `dict`: the instance dict,
-// else a plain class attribute. A new reference; null without an error when absent or not plain
-// (a data descriptor on the class would win over the instance dict: no guessing). Runs no Python
-// code: exact str keys, the type's attribute lookup. Both lookups give new references: another
-// thread may set the class attribute or the instance's entry meanwhile (docs/threads.md).
+// PlainAttribute (attr_mapping.h). Runs no Python code: exact str keys, the type's attribute
+// lookup. Both lookups give new references: another thread may set the class attribute or the
+// instance's entry meanwhile (docs/threads.md).
 PyObject* PlainAttribute(PyObject* cls, PyObject* dict, PyObject* name) {
     Ref on_class(TypeLookupRef(reinterpret_cast<PyTypeObject*>(cls), name));
     if (on_class && Py_TYPE(on_class.get())->tp_descr_set != nullptr) return nullptr;
@@ -88,6 +84,8 @@ PyObject* PlainAttribute(PyObject* cls, PyObject* dict, PyObject* name) {
     return on_class.release();
 }
 
+// Ints before strs; ints by value, strs by code point (sorted()'s order for such keys).
+// Exact int and str only: no Python code runs.
 bool KeyLess(PyObject* a, PyObject* b) {
     const bool a_int = PyLong_CheckExact(a), b_int = PyLong_CheckExact(b);
     if (a_int != b_int) return a_int;

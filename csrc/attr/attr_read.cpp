@@ -357,22 +357,19 @@ Outcome ReadFields(AttrNode* node, PyObject* obj, bool want_aux, bool check, Fie
             if (DelegatesIrregular(node) && !regular) return Outcome::kLibraryOnce;
         }
     }
-    if (node->items_field != nullptr) {
-        if (!inst.general && inst.dict) return ReadItems(node, inst.dict.get(), want_aux, out);
+    if (node->items_field != nullptr || node->mapping != nullptr) {
+        // The two layouts whose fields are the instance __dict__'s: read only from a plain one.
+        const bool items = node->items_field != nullptr;
+        if (!inst.general && inst.dict) {
+            return items ? ReadItems(node, inst.dict.get(), want_aux, out)
+                         : ReadMapping(node, inst.dict.get(), want_aux, out);
+        }
         if (HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
         PyErr_Format(PyExc_TypeError,
                      "attribute node of %.200s: an instance whose attributes are not a plain "
-                     "__dict__ cannot be read by its items layout",
-                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
-        return Outcome::kError;
-    }
-    if (node->mapping != nullptr) {
-        if (!inst.general && inst.dict) return ReadMapping(node, inst.dict.get(), want_aux, out);
-        if (HasFunction(node, &AttrNode::library_flatten)) return Outcome::kLibraryOnce;
-        PyErr_Format(PyExc_TypeError,
-                     "attribute node of %.200s: an instance whose attributes are not a plain "
-                     "__dict__ cannot be read by its mapping layout",
-                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name);
+                     "__dict__ cannot be read by its %s layout",
+                     reinterpret_cast<PyTypeObject*>(node->cls)->tp_name,
+                     items ? "items" : "mapping");
         return Outcome::kError;
     }
     // Every value is read before anything is visited, as the library's flatten reads them all

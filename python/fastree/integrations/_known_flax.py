@@ -68,9 +68,9 @@ flax.nnx.pytreelib:Pytree._graph_node_flatten         24d94e0c2644d283 0.12.7 0.
 flax.nnx.pytreelib:Pytree._graph_node_create_empty    b409bfc74c65e1fd 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.pytreelib:Pytree._graph_node_clear           da2c7d7c9cc2584d 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.pytreelib:Pytree._graph_node_init            ba30711b2dd3d909 0.12.7 0.12.8 0.12.10 0.12.12
-flax.nnx.statelib:_state_flatten_with_keys           ca2b806e21a1d5e0 0.12.7 0.12.8 0.12.10 0.12.12
-flax.nnx.statelib:_state_flatten                     92f973335e5d6e44 0.12.7 0.12.8 0.12.10 0.12.12
-flax.nnx.statelib:_state_unflatten                   43a32be7b5d95fec 0.12.7 0.12.8 0.12.10 0.12.12
+flax.nnx.statelib:_state_flatten_with_keys            ca2b806e21a1d5e0 0.12.7 0.12.8 0.12.10 0.12.12
+flax.nnx.statelib:_state_flatten                      92f973335e5d6e44 0.12.7 0.12.8 0.12.10 0.12.12
+flax.nnx.statelib:_state_unflatten                    43a32be7b5d95fec 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.training.optimizer:Optimizer.__getattribute__ c3c30df86430567e 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.pytreelib:PytreeState                        dd01effda9ede641 0.12.7 0.12.8 0.12.10 0.12.12
 flax.nnx.pytreelib:_flatten_pytree_state              b8ca87c4ec54a360 0.12.7 0.12.8 0.12.10 0.12.12

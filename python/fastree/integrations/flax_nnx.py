@@ -196,23 +196,22 @@ def _state_node(cls: type, flatten_with_keys: Any, unflatten: Any, flatten: Any)
     return node
 
 
+def _defining(cls: type, name: str) -> list[type]:
+    # The classes on cls's MRO whose own namespace defines `name`, in lookup order (read from the
+    # class dicts: no descriptor runs). The first is the one attribute lookup finds.
+    return [base for base in cls.__mro__ if name in vars(base)]
+
+
 def _constructed_as_state(cls: type, state: type) -> bool:
     # `cls(...)` runs State.__init__ alone: type's own call, object's __new__, State's __init__,
     # and no __setattr__ between State and object on the MRO for its super().__setattr__ to
-    # reach. Read from the class dicts (no descriptor runs).
-    def found(name: str) -> Any:
-        for base in cls.__mro__:
-            if name in vars(base):
-                return vars(base)[name]
-        return None
-
-    mro = cls.__mro__
-    after = mro[mro.index(state) + 1:]
+    # reach.
+    after = cls.__mro__[cls.__mro__.index(state) + 1:]
     return (
         type(cls).__call__ is type.__call__
-        and found("__new__") is object.__new__
-        and found("__init__") is vars(state).get("__init__")
-        and not any("__setattr__" in vars(base) for base in after if base is not object)
+        and vars(_defining(cls, "__new__")[0])["__new__"] is object.__new__
+        and vars(_defining(cls, "__init__")[0])["__init__"] is vars(state).get("__init__")
+        and all(base not in after or base is object for base in _defining(cls, "__setattr__"))
     )
 
 
@@ -266,11 +265,10 @@ def _optimizer_getattribute(cls: type) -> Any:
     still finds this function, with this code). Only where nothing between it and ``object`` on
     the MRO defines another: its ``super()`` call would run that one.
     """
-    mro = cls.__mro__
-    owners = [i for i, base in enumerate(mro) if "__getattribute__" in vars(base)]
-    if len(owners) != 2 or mro[owners[1]] is not object:
+    owners = _defining(cls, "__getattribute__")
+    if len(owners) != 2 or owners[1] is not object:
         return None
-    owner = mro[owners[0]]
+    owner = owners[0]
     item = _shared.OPTIMIZER_GETATTRIBUTE
     if owner.__module__ != item.module or owner.__qualname__ != item.qualname.partition(".")[0]:
         return None
