@@ -244,6 +244,36 @@ def test_unflatten_list_resized_by_a_custom_unflatten():
     assert out["keep"] == "ok:3"
 
 
+def test_all_leaves_reads_a_list_changed_by_a_type_lookup():
+    # all_leaves reads a list by index and takes no reference where a type's answer is memoised.
+    # A type's first lookup hashes it, which runs a metaclass's __hash__: here it empties the
+    # list and so drops the last reference to the very item under lookup. The read must hold that
+    # item and then see the list as its iterator would (ended), never read a freed slot.
+    out = run_child(
+        """
+        import fastree.tree_util as tu
+
+        items, hashed = [], []
+
+        class ClearingMeta(type):
+            def __hash__(cls):
+                hashed.append(cls.__name__)
+                items.clear()
+                return id(cls) >> 4
+
+        Fresh = ClearingMeta("Fresh", (), {})
+        items[:] = [1, Fresh(), (2,)]
+        print("cleared=%s:%s:%s" % (tu.all_leaves(items), items, hashed))
+
+        Later = ClearingMeta("Later", (), {})
+        items[:] = [(1,), Later()]
+        print("node_first=%s:%s" % (tu.all_leaves(items), hashed))
+        """
+    )
+    assert out["cleared"] == "True:[]:['Fresh']"  # the tuple went with the clear
+    assert out["node_first"] == "False:['Fresh']"  # answered at the tuple; Later never looked up
+
+
 def test_walk_and_from_iterable_tree_snapshot_inputs_mutated_by_callbacks():
     out = run_child(
         """

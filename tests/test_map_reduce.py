@@ -241,6 +241,10 @@ def test_all_leaves(items, is_leaf):
     assert tu.all_leaves(iter(items), is_leaf=is_leaf) == jtu.all_leaves(
         iter(items), is_leaf=is_leaf
     )
+    assert tu.all_leaves(tuple(items), is_leaf=is_leaf) == jtu.all_leaves(
+        tuple(items), is_leaf=is_leaf
+    )
+
 
 
 @requires_jax("tree_util.flatten_one_level")
