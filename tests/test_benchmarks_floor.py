@@ -131,6 +131,50 @@ def test_the_library_twins_are_builtin_nodes_of_the_models_shape(library: str) -
     assert check_builtin_twin(tree, twin) > 0
 
 
+def test_protocol_floor_stand_ins_have_the_models_shape() -> None:
+    # scripts/nnx_protocol_floor.py times jaxlib's custom-node protocol on stand-ins of no cost:
+    # they must be the model's tree, node for node and leaf for leaf, with every custom node a
+    # Stand (whose flatten gives the node's own children and aux data) and nothing else custom.
+    pytest.importorskip("flax.nnx")
+    import importlib.util
+    import operator
+
+    import jax
+    from benchmarks.workloads.nnx_ops import _state
+
+    spec = importlib.util.spec_from_file_location(
+        "nnx_protocol_floor", REPO_ROOT / "scripts" / "nnx_protocol_floor.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    jax.tree_util.register_pytree_node(script.Stand, operator.attrgetter("pair"), operator.is_)
+
+    state = _state.__wrapped__(2)
+    tree = (state.model, state.optimizer)
+    stands = script.stand_ins(tree)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    stand_leaves, stand_treedef = jax.tree_util.tree_flatten(stands)
+    assert [id(x) for x in stand_leaves] == [id(x) for x in leaves]
+    assert stand_treedef.num_nodes == treedef.num_nodes
+
+    def kinds(t: Any) -> list[str]:
+        """The tree's nodes in flatten order: "builtin", "leaf" or a custom node's class name."""
+        if t is None:
+            return ["builtin"]
+        try:
+            children, _ = jax.tree_util.flatten_one_level(t)
+        except ValueError:
+            return ["leaf"]
+        name = "builtin" if isinstance(t, (list, tuple, dict)) else type(t).__name__
+        return [name] + [k for child in children for k in kinds(child)]
+
+    real, standing = kinds(tree), kinds(stands)
+    assert len(real) == len(standing)
+    for a, b in zip(real, standing):
+        assert (a, b) in {("builtin", "builtin"), ("leaf", "leaf")} or b == "Stand", (a, b)
+    assert standing.count("Stand") == sum(1 for k in real if k not in ("builtin", "leaf")) > 0
+
+
 @pytest.fixture(scope="module")
 def floor_rows() -> dict[str, WorkloadRow]:
     """The floor workloads at their tiny size: one plain and one installed process, one round."""
