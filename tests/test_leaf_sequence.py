@@ -88,19 +88,32 @@ def test_is_leaf_and_paths_take_the_general_path():
     ]
 
 
-def test_map_error_from_f_propagates_and_nothing_leaks():
-    items = [object() for _ in range(4)]
+class Result:
+    """What f returns: a new object per call, so a result kept by mistake shows as a live one."""
+
+
+# 4 leaves: gathered before the output is made (at most 8); 20: written into it as they come.
+@pytest.mark.parametrize("size", [4, 20])
+@pytest.mark.parametrize("container", [list, tuple])
+def test_map_error_from_f_propagates_and_nothing_leaks(container, size):
+    import weakref
+
+    items = [object() for _ in range(size)]
     before = [len(gc.get_referrers(x)) for x in items]
+    made = []
 
     def f(x):
-        if x is items[2]:
+        if x is items[size // 2]:
             raise KeyError("boom")
-        return x
+        result = Result()
+        made.append(weakref.ref(result))
+        return result
 
     with pytest.raises(KeyError, match="boom"):
-        tu.tree_map(f, list(items))
+        tu.tree_map(f, container(items))
     gc.collect()
     assert [len(gc.get_referrers(x)) for x in items] == before
+    assert len(made) == size // 2 and all(ref() is None for ref in made)
 
 
 def test_map_sees_the_list_as_it_was_when_f_mutates_it():
@@ -125,6 +138,8 @@ def test_refcounts_balance():
         leaves, td = tu.tree_flatten((x, x, x))
         tu.tree_unflatten(td, leaves)
         tu.tree_map(lambda v: v, [x, x])
+        tu.tree_map(lambda v: v, (x, x, x))
+        tu.tree_map(lambda v: v, [x] * 12)
         tu.tree_leaves([x])
     del leaves, td
     assert sys.getrefcount(x) == base
