@@ -63,14 +63,15 @@ def test_the_pooled_interval_holds_every_run_and_the_spread_between_them() -> No
     runs = [stats.Estimate(v, v * 0.97, v * 1.03, 9, 0.96) for v in (3.0, 3.3, 2.8)]
     pooled = stats.across_runs(runs)
     assert pooled.value == 3.0  # the median run
-    assert pooled.runs == 3 and pooled.rounds == 27 and pooled.confidence == stats.CONFIDENCE
+    assert pooled.runs == 3 and pooled.rounds == 27
+    assert pooled.confidence == stats.PREDICTION_CONFIDENCE == 0.95
     for run in runs:
         assert pooled.low <= run.low and run.high <= pooled.high
     # The prediction part: mean +- t(2) * s * sqrt(1 + 1/3) on the log scale.
     logs = [math.log(run.value) for run in runs]
     mean = sum(logs) / 3
     s = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
-    t = 2.919985580355516  # Student's t, 2 degrees of freedom, 95th percentile
+    t = 4.302652729911275  # Student's t, 2 degrees of freedom, 97.5th percentile
     assert pooled.low == pytest.approx(math.exp(mean - t * s * math.sqrt(4 / 3)))
     assert pooled.high == pytest.approx(math.exp(mean + t * s * math.sqrt(4 / 3)))
     assert pooled.verdict == "faster"
@@ -80,6 +81,34 @@ def test_runs_that_agree_keep_their_own_rounds_noise() -> None:
     runs = [stats.Estimate(2.0, lo, hi, 9, 0.96) for lo, hi in ((1.9, 2.1), (1.8, 2.05))]
     pooled = stats.across_runs(runs)
     assert (pooled.low, pooled.high) == (1.8, 2.1)  # s = 0: the runs' own intervals
+
+
+def test_runs_that_agree_by_chance_keep_the_suites_typical_spread() -> None:
+    # Three runs agreeing to the last digit, in a suite whose cells typically move 4% between
+    # runs: the prediction uses the moderated spread, the prior's 4 degrees of freedom and the
+    # cell's own 2 (whose variance is 0).
+    runs = [stats.Estimate(2.0, 1.99, 2.01, 9, 0.96) for _ in range(3)]
+    prior = stats.Spread(0.04)
+    pooled = stats.across_runs(runs, prior=prior)
+    moderated = math.sqrt(4 * 0.04**2 / 6) * math.sqrt(4 / 3)
+    t = 2.4469118511449692  # Student's t, 6 degrees of freedom, 97.5th percentile
+    assert pooled.low == pytest.approx(2.0 * math.exp(-t * moderated))
+    assert pooled.high == pytest.approx(2.0 * math.exp(t * moderated))
+    assert stats.across_runs(runs) == stats.Estimate(2.0, 1.99, 2.01, 27, 0.95, 3)  # no prior
+
+
+def test_the_prior_never_narrows_a_cell_that_moves_more_than_typical() -> None:
+    runs = [stats.Estimate(v, v * 0.99, v * 1.01, 9, 0.96) for v in (2.0, 2.6, 1.6)]
+    alone = stats.across_runs(runs)
+    with_prior = stats.across_runs(runs, prior=stats.Spread(0.01))
+    assert (with_prior.low, with_prior.high) == (alone.low, alone.high)
+
+
+def test_typical_spread_is_the_median_cells_variance_of_log_figures() -> None:
+    cells = [[1.0, math.e], [2.0, 2.0, 2.0], [5.0], [3.0, 3.0 * math.e**2]]
+    # Variances of the logs: 0.5, 0, (none: one run), 2.0; median 0.5.
+    assert stats.typical_spread(cells) == stats.Spread(math.sqrt(0.5), stats.PRIOR_DF)
+    assert stats.typical_spread([[1.0], [2.0]]) is None
 
 
 def test_a_cell_that_moves_across_one_reads_same_pooled() -> None:
@@ -115,6 +144,23 @@ def test_pool_keeps_every_runs_samples_and_figures() -> None:
     again = RunResult.from_json(pooled.to_json())
     assert again.runs == pooled.runs and again.rows == pooled.rows
     assert again.workloads == pooled.workloads
+
+
+def test_a_steady_cell_among_moving_ones_gets_the_typical_spread() -> None:
+    # Every cell moves 4% up and down between the three runs but one, which repeats itself: its
+    # pooled interval is not its runs' own (2.85-3.15) but as wide as the suite's spread says.
+    steady = ("mlp", "copy", "optree")
+    cells = [(tree, op, peer) for tree in TREES for op in OPS for peer in PEERS]
+    runs = []
+    for factor in (1.0, 1.04, 0.96):
+        ratios = {cell: 3.0 * factor for cell in cells if cell != steady}
+        runs.append(synthetic_result(ratios={**ratios, steady: 3.0}))
+    row = row_of(pool(runs), *steady)
+    prior = stats.typical_spread([[3.0, 3.12, 2.88]])
+    expected = stats.across_runs([stats.Estimate(3.0, 2.85, 3.15, 5, 0.9)] * 3, prior=prior)
+    assert row.ratio == 3.0
+    assert (row.ratio_low, row.ratio_high) == pytest.approx((expected.low, expected.high))
+    assert row.ratio_low < 2.8 and row.ratio_high > 3.2
 
 
 def test_a_cell_only_some_runs_have_is_pooled_from_those() -> None:
@@ -162,6 +208,9 @@ def test_a_pooled_report_says_how_many_runs_and_what_an_interval_covers() -> Non
     report = " ".join(render_markdown(pooled, None).split())
     assert "3 runs pooled (started 2026-01-02T01:00:00+00:00, " in report
     assert "**What an interval covers**: where a new run's figure lands" in report
+    assert pooled.settings["prediction_confidence"] == stats.PREDICTION_CONFIDENCE
+    assert "a 95% prediction interval for one more run's figure" in report
+    assert "moderated towards the spread typical of the suite's cells" in report
     assert "| runs pooled | 3 |" in report
     single = " ".join(render_markdown(synthetic_result(), None).split())
     assert "runs pooled" not in single and "the spread of this run's rounds" in single

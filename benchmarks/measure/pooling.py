@@ -96,6 +96,7 @@ def pool(
     environment["load_average_end"] = last.environment.get("load_average_end")
     settings = dict(first.settings)
     settings["runs"] = len(results)
+    settings["prediction_confidence"] = stats.PREDICTION_CONFIDENCE  # the pooled intervals'
     if command:
         settings["command"] = command
     pooled = RunResult(
@@ -153,10 +154,16 @@ def _pooled_rows(results: Sequence[RunResult]) -> list[Row]:
     for number, result in enumerate(results, start=1):
         for row in result.rows:
             by_cell.setdefault((row.tree, row.op, row.library), []).append((number, row))
-    return [_pooled_row(found) for found in by_cell.values()]
+    # The spread between runs typical of the tree cells, which each cell's own few runs estimate
+    # poorly (stats.across_runs, prior).
+    prior = stats.typical_spread(
+        [[row.ratio for _n, row in found if row.ratio] for found in by_cell.values()
+         if any(row.ratio_low is not None for _n, row in found)]  # fmt: skip
+    )
+    return [_pooled_row(found, prior) for found in by_cell.values()]
 
 
-def _pooled_row(found: list[tuple[int, Row]]) -> Row:
+def _pooled_row(found: list[tuple[int, Row]], prior: stats.Spread | None = None) -> Row:
     rows = [row for _number, row in found]
     first = rows[0]
     median = statistics.median(row.median for row in rows)
@@ -201,7 +208,8 @@ def _pooled_row(found: list[tuple[int, Row]]) -> Row:
                           row.confidence)  # fmt: skip
                 for row in timed
                 if row.ratio is not None
-            ]
+            ],
+            prior=prior,
         )
         pooled.ratio, pooled.ratio_low, pooled.ratio_high = (
             estimate.value,

@@ -46,6 +46,16 @@ CONFIDENCE = 0.90
 """The confidence asked of every interval. With fewer than 5 rounds it cannot be reached: the
 interval is then the rounds' whole range and its (lower) confidence is reported with it."""
 
+PREDICTION_CONFIDENCE = 0.95
+"""The probability asked of a pooled run's intervals (``across_runs``) that one more run's figure
+lands inside. Above CONFIDENCE because a reader takes the published intervals as a promise about
+the run they make, cell by cell: aimed at 90%, a new run landed inside 87.9-93.4% of them (five
+new runs against three published ones), short of 90% about as often as not."""
+
+PRIOR_DF = 4
+"""The weight, in degrees of freedom, of the spread typical of the suite's cells when a cell's own
+spread between runs is estimated from a handful of runs (``across_runs``'s ``prior``)."""
+
 MIN_ROUNDS_FOR_VERDICT = 3
 """Below this, the interval covers the median with at most 50% confidence: every figure reads
 "same", whatever its value."""
@@ -148,7 +158,32 @@ def paired(numerators: Sequence[float], denominators: Sequence[float]) -> Estima
 # several runs, pooled
 
 
-def across_runs(runs: Sequence[Estimate], confidence: float = CONFIDENCE) -> Estimate:
+@dataclass(frozen=True)
+class Spread:
+    """How far one cell's figure moves between runs, typically, over a suite's cells: the
+    standard deviation of a cell's log figure between runs (``typical_spread``)."""
+
+    sd: float
+    df: float = PRIOR_DF
+
+
+def typical_spread(cells: Sequence[Sequence[float]]) -> Spread | None:
+    """The spread typical of ``cells`` (each the figures one cell had in the runs pooled): the
+    median, over the cells with two runs or more, of the variance of their log figures. None
+    when no cell has two runs."""
+    variances = [
+        statistics.variance([math.log(value) for value in values])
+        for values in cells
+        if len(values) >= 2
+    ]
+    return Spread(math.sqrt(statistics.median(variances))) if variances else None
+
+
+def across_runs(
+    runs: Sequence[Estimate],
+    confidence: float = PREDICTION_CONFIDENCE,
+    prior: Spread | None = None,
+) -> Estimate:
     """One cell's figure pooled from runs made in separate processes: where a new run lands.
 
     A run's interval (``estimate``) covers its own rounds' median, under its own load; a run made
@@ -167,7 +202,14 @@ def across_runs(runs: Sequence[Estimate], confidence: float = CONFIDENCE) -> Est
         run's own rounds' noise, since each run's value carries both;
       - every run's own interval: with few runs, s can come out small by chance (three runs that
         happen to agree); each run's interval keeps its rounds' noise in the pooled one, and with
-        it the range of the runs' values.
+        it the range of the runs' values;
+      - with ``prior`` (the spread typical of the suite's cells, ``typical_spread``), the same
+        prediction with s moderated towards it: ``s'^2 = (d0 * prior^2 + (k-1) * s^2) / (d0 +
+        k-1)`` and t on ``d0 + k-1`` degrees of freedom (d0 = ``prior.df``), the shrinkage of
+        per-cell variances that few replicates call for (Smyth's moderated t, 2004). A cell
+        whose few runs agree by chance then keeps the width its neighbours show; being a hull,
+        the pooled interval is never narrower for it. Three runs in a row on this machine had
+        cells agreeing to 0.1% whose next run moved 5-10%.
 
     One run (k = 1) is that run's own estimate. The pooled ``confidence`` is the prediction's;
     ``rounds`` counts the rounds of every run (so the verdict rule of ``Estimate`` holds).
@@ -183,10 +225,17 @@ def across_runs(runs: Sequence[Estimate], confidence: float = CONFIDENCE) -> Est
     centre = statistics.fmean(logs)
     spread = statistics.stdev(logs) * math.sqrt(1.0 + 1.0 / k)
     t = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1))
+    half_width = t * spread
+    if prior is not None:
+        df = prior.df + k - 1
+        moderated = math.sqrt(
+            (prior.df * prior.sd**2 + (k - 1) * statistics.variance(logs)) / df
+        ) * math.sqrt(1.0 + 1.0 / k)
+        half_width = max(half_width, float(stats.t.ppf(0.5 + confidence / 2.0, df)) * moderated)
     return Estimate(
         value=statistics.median(run.value for run in runs),
-        low=min(math.exp(centre - t * spread), *(run.low for run in runs)),
-        high=max(math.exp(centre + t * spread), *(run.high for run in runs)),
+        low=min(math.exp(centre - half_width), *(run.low for run in runs)),
+        high=max(math.exp(centre + half_width), *(run.high for run in runs)),
         rounds=sum(run.rounds for run in runs),
         confidence=confidence,
         runs=k,

@@ -179,8 +179,14 @@ def interval_scope(result: RunResult) -> str:
             f"from {result.pooled_runs} runs of the same command made one after another, each in "
             "processes of its own: a figure is the median of the runs' figures, and its interval "
             "the hull of every run's own interval and a "
-            f"{settings.get('confidence', 0.9):.0%} prediction interval for one more run's "
-            "figure, drawn from the spread between the runs (`stats.across_runs` in "
+            f"{settings.get('prediction_confidence', 0.9):.0%} prediction interval for one more "
+            "run's figure, drawn from the spread between the runs"
+            + (
+                ", each cell's own moderated towards the spread typical of the suite's cells"
+                if settings.get("prediction_confidence")
+                else ""
+            )
+            + " (`stats.across_runs` in "
             "`benchmarks/measure/stats.py`). So it holds the spread between runs on this stack "
             "and machine, not only one run's rounds. `python -m benchmarks.report.compare "
             "PUBLISHED.json NEW.json` counts how many of these intervals hold a new run's figures "
