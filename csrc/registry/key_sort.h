@@ -220,41 +220,42 @@ inline bool SmallIntValue(PyObject* key, long long* out) {
     return overflow == 0 && !(*out == -1 && PyErr_Occurred());
 }
 
+// Sorts records whose keys are all exact str (the caller has checked), in C: no Python code runs.
+template <class It, class KeyOf>
+void SortExactStrKeys(It first, It last, KeyOf key_of) {
+    using Record = typename std::iterator_traits<It>::value_type;
+    auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
+    if (last - first == 2) {  // {"bias", "kernel"}: the commonest dict of all
+        if (less(first[1], first[0])) std::swap(first[0], first[1]);
+        return;
+    }
+    // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
+    // with no run bookkeeping and no merge buffer to allocate.
+    if (last - first <= kSmallSort) {
+        InsertionSort(first, last, less);
+        return;
+    }
+    // A big dict built in order (the commonest big dict): n - 1 comparisons, nothing allocated.
+    It it = first + 1;
+    while (it != last && less(*(it - 1), *it)) ++it;
+    if (it == last) return;
+    if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
+}
+
 // Keys all exact str, or all exact ints of 64 bits: sorted in C (no Python code runs) and true.
 // Otherwise false, with nothing changed.
 template <class It, class KeyOf>
 bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
-    // A big dict of exact-str keys already in order (built in order: the commonest big dict):
-    // types and order checked in one pass, each key object touched once.
-    if (last - first > kSmallSort && PyUnicode_CheckExact(key_of(*first))) {
-        It it = first + 1;
-        for (; it != last; ++it) {
-            PyObject* key = key_of(*it);
-            if (!PyUnicode_CheckExact(key) || !StrLess(key_of(*(it - 1)), key)) break;
-        }
-        if (it == last) return true;
-    }
     // str keys (nearly every pytree) are checked for first, on their own.
     bool all_str = true;
     for (It it = first; it != last && all_str; ++it) all_str = PyUnicode_CheckExact(key_of(*it));
-    bool all_int = !all_str;
-    for (It it = first; it != last && all_int; ++it) all_int = PyLong_CheckExact(key_of(*it));
-    using Record = typename std::iterator_traits<It>::value_type;
     if (all_str) {
-        auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
-        if (last - first == 2) {  // {"bias", "kernel"}: the commonest dict of all
-            if (less(first[1], first[0])) std::swap(first[0], first[1]);
-            return true;
-        }
-        // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
-        // with no run bookkeeping and no merge buffer to allocate.
-        if (last - first <= kSmallSort) {
-            InsertionSort(first, last, less);
-            return true;
-        }
-        if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
+        SortExactStrKeys(first, last, key_of);
         return true;
     }
+    bool all_int = true;
+    for (It it = first; it != last && all_int; ++it) all_int = PyLong_CheckExact(key_of(*it));
+    using Record = typename std::iterator_traits<It>::value_type;
     if (!all_int) return false;
     if (last - first <= kSmallSort) {
         bool small = true;

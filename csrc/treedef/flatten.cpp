@@ -168,15 +168,17 @@ class Flattener {
         return true;
     }
 
-    // Stores a dict's sorted keys in the treedef (kDef only); returns where they start. The
-    // items keep their keys too: Values makes each one's key entry, or reads its value again.
+    // Moves a dict's sorted keys into the treedef (kDef only); returns where they start. The
+    // items keep them as borrowed pointers (Items::HandKeysOver): Values makes each one's key
+    // entry, or reads its value again, while the treedef holds them.
     Py_ssize_t TakeDictKeys(Items& items) {
-        const Py_ssize_t keys_begin = static_cast<Py_ssize_t>(def_->keys.size());
-        for (size_t i = 0; i < items.size(); ++i) {
-            def_->keys.push_back(items[i].key);
-            Py_INCREF(items[i].key);
-        }
-        return keys_begin;
+        const size_t begin = def_->keys.size();
+        const size_t n = items.size();
+        def_->keys.resize(begin + n);  // may throw: the items still own their keys then
+        PyObject** slot = def_->keys.data() + begin;
+        for (size_t i = 0; i < n; ++i) slot[i] = items[i].key;
+        items.HandKeysOver();
+        return static_cast<Py_ssize_t>(begin);
     }
 
  private:

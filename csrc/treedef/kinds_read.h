@@ -87,7 +87,7 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
         PyObject* value = data[i].value;  // the item's reference, handed to the visit
         data[i].value = nullptr;
         bool ok = w.template Child<true>(value, key);
-        Py_CLEAR(data[i].key);
+        if (items.keys_owned()) Py_CLEAR(data[i].key);
         if (!ok) {
             ReleaseItems(items, i + 1);
             return false;

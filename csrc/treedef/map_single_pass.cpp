@@ -301,14 +301,16 @@ class SinglePassMapper {
         return true;
     }
 
-    // A dict's sorted keys, held until its Finish; their position.
+    // Moves a dict's sorted keys onto the key stack, where they are held until its Finish;
+    // their position. The items keep them as borrowed pointers (Items::HandKeysOver), for
+    // read::Values, which is done with them before that Finish.
     Py_ssize_t TakeDictKeys(Items& items) {
-        const Py_ssize_t begin = static_cast<Py_ssize_t>(keys_.size());
-        for (size_t i = 0; i < items.size(); ++i) {
-            keys_.push_back(items[i].key);  // may throw: the item still owns the key then
-            Py_INCREF(items[i].key);        // the item keeps it too (read::Values)
-        }
-        return begin;
+        const size_t begin = keys_.size();
+        const size_t n = items.size();
+        keys_.resize(begin + n);  // may throw: the items still own their keys then
+        for (size_t i = 0; i < n; ++i) keys_[begin + i] = items[i].key;
+        items.HandKeysOver();
+        return static_cast<Py_ssize_t>(begin);
     }
 
     aux::Site Site() const { return aux::Site{root_}; }
