@@ -335,10 +335,12 @@ def _runtime_str(i):
     return "".join(["key", "-", str(i)])
 
 
-def test_leaves_of_dicts_of_plain_leaves_keep_reference_counts():
-    # tree_leaves takes a dict of plain leaves without referencing its keys (kinds_read.h,
-    # DictKind::Read): every key's count must come back unchanged, every value's must go up by
-    # one per returned list, and the order must be JAX's (sorted keys).
+@pytest.mark.parametrize("op", ["tree_leaves", "tree_flatten", "tree_structure"])
+def test_dicts_of_plain_leaves_keep_reference_counts(op):
+    # A dict of plain leaves is taken in one step (kinds_read.h, DictKind::Read; flatten.cpp,
+    # AddLeafDict): tree_leaves references no key, a treedef one per key, and every value gets
+    # one reference per returned leaf list. Each count must come back once the results are gone,
+    # and the results must be JAX's (sorted keys).
     from fastree.jax_interop.compat import tree_util as jax_tu
 
     str_keys = [_runtime_str(i) for i in (3, 1, 2)]
@@ -351,13 +353,43 @@ def test_leaves_of_dicts_of_plain_leaves_keep_reference_counts():
         "empty": {},
     }
     watched_keys = str_keys + int_keys
-    tu.tree_leaves(tree)
+    run = getattr(tu, op)
+    run(tree)
     gc.collect()
     keys_before, values_before = _refcounts(watched_keys), _refcounts(values)
-    held = [tu.tree_leaves(tree) for _ in range(ITERATIONS)]
-    assert _refcounts(watched_keys) == keys_before
-    assert _refcounts(values) == [n + ITERATIONS for n in values_before]
-    assert held[0] == jax_tu.tree_leaves(tree)
-    del held
+    held = [run(tree) for _ in range(ITERATIONS)]
+    per_result_keys = 0 if op == "tree_leaves" else 1
+    per_result_values = 0 if op == "tree_structure" else 1
+    assert _refcounts(watched_keys) == [n + per_result_keys * ITERATIONS for n in keys_before]
+    assert _refcounts(values) == [n + per_result_values * ITERATIONS for n in values_before]
+    expected = getattr(jax_tu, op)(tree)
+    if op == "tree_leaves":
+        assert held[0] == expected
+    elif op == "tree_flatten":
+        assert held[0][0] == expected[0]
+        assert str(held[0][1]) == str(expected[1])
+    else:
+        assert str(held[0]) == str(expected)
+    del held, expected  # JAX's results hold the keys and values too
     gc.collect()
+    assert _refcounts(watched_keys) == keys_before
     assert _refcounts(values) == values_before
+
+
+def test_dicts_of_plain_leaves_make_the_treedef_a_visit_makes():
+    # The one-step dict (AddLeafDict) and the child-by-child visit (taken where an is_leaf is
+    # given) must build byte-identical treedefs: equal, hashing equal, and unflattening alike.
+    tree = {
+        "layer": {"kernel": 1.0, "bias": 2.0},
+        "norm": {"scale": 3.0},
+        "blocks": [{"b": 4, "a": 5}, {"y": 6.5, "x": "leaf"}],
+        "ints": {3: 7, 1: 8, 2: 9},
+        "empty": {},
+    }
+    leaves, fast = tu.tree_flatten(tree)
+    visit_leaves, visited = tu.tree_flatten(tree, is_leaf=lambda x: False)
+    assert leaves == visit_leaves
+    assert fast == visited
+    assert hash(fast) == hash(visited)
+    assert tu.tree_unflatten(fast, leaves) == tree
+    assert fast.num_nodes == visited.num_nodes and fast.num_leaves == visited.num_leaves

@@ -32,7 +32,7 @@ namespace fastree {
 // `a < b` for two exact str keys, in code-point order (Python's). ASCII keys, nearly all pytree
 // keys, compare byte by byte inline: sorting is a visible share of flattening parameter dicts, and
 // PyUnicode_Compare re-checks types and kinds on every call.
-inline bool StrLess(PyObject* a, PyObject* b) {
+[[gnu::always_inline]] inline bool StrLess(PyObject* a, PyObject* b) {
     if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b)) {
         const Py_UCS1* pa = PyUnicode_1BYTE_DATA(a);
         const Py_UCS1* pb = PyUnicode_1BYTE_DATA(b);
@@ -220,15 +220,11 @@ inline bool SmallIntValue(PyObject* key, long long* out) {
     return overflow == 0 && !(*out == -1 && PyErr_Occurred());
 }
 
-// Sorts records whose keys are all exact str (the caller has checked), in C: no Python code runs.
+// SortExactStrKeys for more than two records.
 template <class It, class KeyOf>
-void SortExactStrKeys(It first, It last, KeyOf key_of) {
+[[gnu::noinline]] void SortExactStrKeysLong(It first, It last, KeyOf key_of) {
     using Record = typename std::iterator_traits<It>::value_type;
     auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
-    if (last - first == 2) {  // {"bias", "kernel"}: the commonest dict of all
-        if (less(first[1], first[0])) std::swap(first[0], first[1]);
-        return;
-    }
     // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
     // with no run bookkeeping and no merge buffer to allocate.
     if (last - first <= kSmallSort) {
@@ -240,6 +236,17 @@ void SortExactStrKeys(It first, It last, KeyOf key_of) {
     while (it != last && less(*(it - 1), *it)) ++it;
     if (it == last) return;
     if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
+}
+
+// Sorts records whose keys are all exact str (the caller has checked), in C: no Python code runs.
+// Two keys ({"bias", "kernel"}, the commonest dict of all) are ordered inline, one comparison.
+template <class It, class KeyOf>
+[[gnu::always_inline]] inline void SortExactStrKeys(It first, It last, KeyOf key_of) {
+    if (last - first == 2) {
+        if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
+        return;
+    }
+    SortExactStrKeysLong(first, last, key_of);
 }
 
 // Keys all exact str, or all exact ints of 64 bits: sorted in C (no Python code runs) and true.

@@ -61,6 +61,7 @@ class OneNodeReader {
  public:
     static constexpr bool kDef = true;  // the node data is read: it is compared
     static constexpr bool kPaths = false;
+    static constexpr bool kLeafDicts = false;  // every child is visited (kinds_read.h)
     struct Mark {};
 
     explicit OneNodeReader(PyObject* obj) : obj_(obj) {}

@@ -13,7 +13,10 @@
 //   w.Finish(kind, mark, arity, node_data, custom, keys_begin)
 //                              appends the node (node_data stolen; keys_begin for dicts);
 //                              false with an error set if that fails (tree_map's rebuild can)
-//   w.TakeDictKeys(items)      kDef: stores a dict's sorted keys in the treedef; their position
+//   w.TakeDictKeys(items)      kDef: moves a dict's sorted keys into the treedef; their position
+//   Walk::kLeafDicts, w.LeafDictsApply(), w.AddLeafDict(items, mark)
+//                              whether a dict of plain leaves may be taken in one step, and
+//                              taking it (its leaves, keys and nodes)
 //   w.Site()                   where the node is, for aux_data reports
 //   w.AddLeaf(obj)             the leaf kind
 // Every Read holds a RecursionGuard while its children are visited: a tree too deep for the
@@ -378,16 +381,16 @@ template <class Walk>
     // Borrowed pairs on GIL builds, owned on free-threaded ones (GatherItems, dict_items.h):
     // either way nothing below reads the dict's own entries again, but through ReadValueAgain.
     if (!GatherItems(obj, items, &sorted)) return false;
-    if constexpr (!Walk::kDef && !Walk::kPaths) {
-        // tree_leaves: a dict whose values are all plain leaves (a layer's kernel and bias) adds
-        // them and is done, its keys never referenced: visiting a plain leaf with no is_leaf runs
-        // no Python code, so nothing can change the dict before the last value is taken. Two
-        // reference-count updates per key were most of tree_leaves' distance from a minimal C
-        // walk on a transformer's parameters (docs/performance-history.md). (Free-threaded:
-        // the pairs are owned, so the classification here reads no object another thread can
-        // free, and AddPlainLeaves hands the values on.)
-        if (sorted && w.BareLeaves() && read::AllPlainLeaves(items)) {
-            return w.AddPlainLeaves(items);
+    if constexpr (Walk::kLeafDicts) {
+        // A dict whose values are all plain leaves (a layer's kernel and bias) is taken in one
+        // step (Walk::AddLeafDict): visiting a plain leaf with no is_leaf runs no Python code,
+        // so nothing can change the dict before the last value is taken. tree_leaves then never
+        // touches the keys' reference counts: two updates per key were most of its distance
+        // from a minimal C walk on a transformer's parameters (docs/performance-history.md).
+        // (Free-threaded: the pairs are owned, so the classification here reads no object
+        // another thread can free.)
+        if (sorted && w.LeafDictsApply() && read::AllPlainLeaves(items)) {
+            return w.AddLeafDict(items, mark);
         }
     }
     // Anything else: owned pairs, read one by one below.

@@ -32,6 +32,7 @@
 //    raise RecursionError here where JAX's tree_map would not.
 //  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
 //    later occurrence gets that output, as the treedef's shared references do on the general path.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -249,6 +250,7 @@ class SinglePassMapper {
 
     static constexpr bool kDef = true;  // node data is read: the rebuild needs it
     static constexpr bool kPaths = false;
+    static constexpr bool kLeafDicts = false;  // every child is visited (kinds_read.h)
 
     struct Mark {
         size_t outputs;
@@ -307,8 +309,10 @@ class SinglePassMapper {
     Py_ssize_t TakeDictKeys(Items& items) {
         const size_t begin = keys_.size();
         const size_t n = items.size();
-        keys_.resize(begin + n);  // may throw: the items still own their keys then
-        for (size_t i = 0; i < n; ++i) keys_[begin + i] = items[i].key;
+        // Space first, grown geometrically: the reserve may throw while the items still own
+        // their keys, the push_backs below cannot.
+        if (keys_.capacity() - begin < n) keys_.reserve(std::max(begin + n, 2 * keys_.capacity()));
+        for (size_t i = 0; i < n; ++i) keys_.push_back(items[i].key);
         items.HandKeysOver();
         return static_cast<Py_ssize_t>(begin);
     }
