@@ -178,7 +178,6 @@ inline void DropGathered(Items& items) {
 inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
     bool no_memory = false;
     bool complete = true;
-    bool all_str = true;  // every key an exact str: checked as the entries are read
     FASTREE_BEGIN_CRITICAL_SECTION(dict);
     const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
     try {
@@ -194,7 +193,6 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
         size_t count = 0;
         while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
             PrefetchForWrite(value);
-            all_str &= PyUnicode_CheckExact(key);
             if constexpr (kGatheredOwned) {
                 Py_INCREF(key);
                 Py_INCREF(value);
@@ -223,14 +221,7 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
     }
     try {
         auto key_of = [](const Item& item) { return item.key; };
-        if (items.size() < 2) {
-            *sorted = true;
-        } else if (all_str) {
-            SortExactStrKeys(items.begin(), items.end(), key_of);
-            *sorted = true;
-        } else {
-            *sorted = SortTotalOrderKeys(items.begin(), items.end(), key_of);
-        }
+        *sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {
         DropGathered(items);
         throw;

@@ -32,7 +32,7 @@ namespace fastree {
 // `a < b` for two exact str keys, in code-point order (Python's). ASCII keys, nearly all pytree
 // keys, compare byte by byte inline: sorting is a visible share of flattening parameter dicts, and
 // PyUnicode_Compare re-checks types and kinds on every call.
-[[gnu::always_inline]] inline bool StrLess(PyObject* a, PyObject* b) {
+inline bool StrLess(PyObject* a, PyObject* b) {
     if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b)) {
         const Py_UCS1* pa = PyUnicode_1BYTE_DATA(a);
         const Py_UCS1* pb = PyUnicode_1BYTE_DATA(b);
@@ -220,49 +220,36 @@ inline bool SmallIntValue(PyObject* key, long long* out) {
     return overflow == 0 && !(*out == -1 && PyErr_Occurred());
 }
 
-// SortExactStrKeys for more than two records.
+// SortTotalOrderKeys past its inline case.
 template <class It, class KeyOf>
-[[gnu::noinline]] void SortExactStrKeysLong(It first, It last, KeyOf key_of) {
-    using Record = typename std::iterator_traits<It>::value_type;
-    auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
-    // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
-    // with no run bookkeeping and no merge buffer to allocate.
-    if (last - first <= kSmallSort) {
-        InsertionSort(first, last, less);
-        return;
+[[gnu::noinline]] bool SortTotalOrderKeysGeneral(It first, It last, KeyOf key_of) {
+    // A big dict of exact-str keys already in order (built in order: the commonest big dict):
+    // types and order checked in one pass, each key object touched once.
+    if (last - first > kSmallSort && PyUnicode_CheckExact(key_of(*first))) {
+        It it = first + 1;
+        for (; it != last; ++it) {
+            PyObject* key = key_of(*it);
+            if (!PyUnicode_CheckExact(key) || !StrLess(key_of(*(it - 1)), key)) break;
+        }
+        if (it == last) return true;
     }
-    // A big dict built in order (the commonest big dict): n - 1 comparisons, nothing allocated.
-    It it = first + 1;
-    while (it != last && less(*(it - 1), *it)) ++it;
-    if (it == last) return;
-    if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
-}
-
-// Sorts records whose keys are all exact str (the caller has checked), in C: no Python code runs.
-// Two keys ({"bias", "kernel"}, the commonest dict of all) are ordered inline, one comparison.
-template <class It, class KeyOf>
-[[gnu::always_inline]] inline void SortExactStrKeys(It first, It last, KeyOf key_of) {
-    if (last - first == 2) {
-        if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
-        return;
-    }
-    SortExactStrKeysLong(first, last, key_of);
-}
-
-// Keys all exact str, or all exact ints of 64 bits: sorted in C (no Python code runs) and true.
-// Otherwise false, with nothing changed.
-template <class It, class KeyOf>
-bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
     // str keys (nearly every pytree) are checked for first, on their own.
     bool all_str = true;
     for (It it = first; it != last && all_str; ++it) all_str = PyUnicode_CheckExact(key_of(*it));
-    if (all_str) {
-        SortExactStrKeys(first, last, key_of);
-        return true;
-    }
-    bool all_int = true;
+    bool all_int = !all_str;
     for (It it = first; it != last && all_int; ++it) all_int = PyLong_CheckExact(key_of(*it));
     using Record = typename std::iterator_traits<It>::value_type;
+    if (all_str) {
+        auto less = [&](const Record& a, const Record& b) { return StrLess(key_of(a), key_of(b)); };
+        // Parameter dicts ({"bias", "kernel"}, {"q", "k", "v", "o"}) are small: sorted in place,
+        // with no run bookkeeping and no merge buffer to allocate.
+        if (last - first <= kSmallSort) {
+            InsertionSort(first, last, less);
+            return true;
+        }
+        if (!NaturalSortIfOrdered(first, last, less)) SortStrKeysByPrefix(first, last, key_of);
+        return true;
+    }
     if (!all_int) return false;
     if (last - first <= kSmallSort) {
         bool small = true;
@@ -297,6 +284,19 @@ bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
     for (const auto& entry : order) sorted.push_back(first[entry.second]);
     std::copy(sorted.begin(), sorted.end(), first);
     return true;
+}
+
+// Keys all exact str, or all exact ints of 64 bits: sorted in C (no Python code runs) and true.
+// Otherwise false, with nothing changed. Two str keys ({"bias", "kernel"}, the commonest dict of
+// all) are ordered inline, with one comparison; everything else is out of line.
+template <class It, class KeyOf>
+[[gnu::always_inline]] inline bool SortTotalOrderKeys(It first, It last, KeyOf key_of) {
+    if (last - first == 2 && PyUnicode_CheckExact(key_of(first[0])) &&
+        PyUnicode_CheckExact(key_of(first[1]))) {
+        if (StrLess(key_of(first[1]), key_of(first[0]))) std::swap(first[0], first[1]);
+        return true;
+    }
+    return SortTotalOrderKeysGeneral(first, last, key_of);
 }
 
 // ---- jaxlib's order for keys without a total order
