@@ -21,6 +21,7 @@
 
 #include "registry/registry.h"
 #include "util/scratch.h"
+#include "util/small_block_allocator.h"
 
 namespace fastree {
 
@@ -97,10 +98,14 @@ inline constexpr Node kLeafNode = [] {
 // A node with every field zero, for AppendNode.
 inline constexpr Node kBlankNode{};
 
-// The node vector of a treedef, and the pooled one flatten builds nodes in (see Flatten). (Kept on
-// std::allocator: pymalloc measured no faster once small trees stopped growing vectors at all.)
-using NodeVector = std::vector<Node>;
-using NodeScratch = Scratch<Node>;
+// The node vector of a treedef, and the pooled one flatten builds nodes in (see Flatten). A small
+// treedef's vector (at most kSmallNodeBlock nodes: a tuple of up to 7 leaves) comes from a list
+// of kept blocks rather than malloc (util/small_block_allocator.h). (pymalloc measured no faster
+// than malloc: on 3.13 it finds its state through the thread state, a __tls_get_addr call in
+// pyenv's build.)
+inline constexpr size_t kSmallNodeBlock = 8;
+using NodeVector = std::vector<Node, SmallBlockAllocator<Node, kSmallNodeBlock>>;
+using NodeScratch = Scratch<Node, SmallBlockAllocator<Node, kSmallNodeBlock>>;
 static_assert(std::has_unique_object_representations_v<Node>,
               "Node must have no padding: Equal compares node vectors with memcmp");
 
