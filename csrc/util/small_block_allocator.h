@@ -10,6 +10,7 @@
 // made and freed with the GIL held). On free-threaded builds there is no list: a per-thread one
 // would be reached through __tls_get_addr and would strand blocks freed by another thread, so
 // every request goes to operator new there.
+// Under AddressSanitizer there is no list either: a reused block would hide a use after free.
 #pragma once
 
 #include <Python.h>  // Py_GIL_DISABLED
@@ -21,6 +22,12 @@ namespace fastree {
 
 namespace small_blocks {
 
+#if defined(Py_GIL_DISABLED) || defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kKeepBlocks = false;
+#else
+inline constexpr bool kKeepBlocks = true;
+#endif
+
 // The free list of one block size: a singly linked list threaded through the blocks themselves.
 template <size_t kBytes>
 class FreeList {
@@ -28,27 +35,23 @@ class FreeList {
     static constexpr int kKeptBlocks = 64;
 
     static void* Take() {
-#ifndef Py_GIL_DISABLED
-        if (head_ != nullptr) {
+        if (kKeepBlocks && head_ != nullptr) {
             Block* block = head_;
             head_ = block->next;
             --count_;
             return block;
         }
-#endif
         return ::operator new(kBytes);
     }
 
     static void Give(void* p) noexcept {
-#ifndef Py_GIL_DISABLED
-        if (count_ < kKeptBlocks) {
+        if (kKeepBlocks && count_ < kKeptBlocks) {
             Block* block = static_cast<Block*>(p);
             block->next = head_;
             head_ = block;
             ++count_;
             return;
         }
-#endif
         ::operator delete(p, kBytes);
     }
 
