@@ -36,14 +36,6 @@ std::string KeyStr(const std::vector<PyObject*>& path) {
     return out;
 }
 
-// Makes room for `n` more elements, grown geometrically as push_back would (reserving just `n`
-// more per dict would copy the whole vector on every dict). May throw std::bad_alloc; the
-// push_backs it made room for then cannot.
-template <class Vector>
-void ReserveMore(Vector& v, size_t n) {
-    if (v.capacity() - v.size() < n) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
-}
-
 template <bool kDefMode, bool kPathsMode>
 class Flattener {
  public:

@@ -32,7 +32,6 @@
 //    raise RecursionError here where JAX's tree_map would not.
 //  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
 //    later occurrence gets that output, as the treedef's shared references do on the general path.
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -308,11 +307,8 @@ class SinglePassMapper {
     // read::Values, which is done with them before that Finish.
     Py_ssize_t TakeDictKeys(Items& items) {
         const size_t begin = keys_.size();
-        const size_t n = items.size();
-        // Space first, grown geometrically: the reserve may throw while the items still own
-        // their keys, the push_backs below cannot.
-        if (keys_.capacity() - begin < n) keys_.reserve(std::max(begin + n, 2 * keys_.capacity()));
-        for (size_t i = 0; i < n; ++i) keys_.push_back(items[i].key);
+        ReserveMore(keys_, items.size());  // may throw: the items still own their keys then
+        for (size_t i = 0; i < items.size(); ++i) keys_.push_back(items[i].key);  // cannot
         items.HandKeysOver();
         return static_cast<Py_ssize_t>(begin);
     }

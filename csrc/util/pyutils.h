@@ -20,6 +20,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <exception>
 #include <new>
 #include <string>
@@ -113,6 +114,14 @@ class RefVector : public std::vector<PyObject*> {
         for (PyObject* p : *this) Py_XDECREF(p);
     }
 };
+
+// Makes room for `n` more elements, grown geometrically as push_back would (reserving just `n`
+// more per dict would copy the whole vector on every dict). May throw std::bad_alloc; the
+// push_backs it made room for then cannot: a caller handing references over reserves first.
+template <class Vec>
+inline void ReserveMore(Vec& vec, size_t n) {
+    if (vec.capacity() - vec.size() < n) vec.reserve(std::max(vec.size() + n, 2 * vec.capacity()));
+}
 
 // Appends a new reference to `obj`. The reference is taken once the slot exists, so a
 // push_back that throws (std::bad_alloc) leaves nothing leaked.
