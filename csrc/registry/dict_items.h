@@ -6,6 +6,7 @@
 
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "registry/key_sort.h"
 #include "util/free_threading.h"
@@ -56,12 +57,20 @@ class Items : public SmallVector<Item, 8> {
         keys_owned_ = true;
     }
 
-    // The keys' references now belong to a treedef being built (its key table, which outlives
-    // this dict's visit): the pairs keep the keys as borrowed pointers, and only the values are
-    // theirs to release. A flatten's keys then cost one reference each, the treedef's, instead
-    // of the pair's taken and dropped around it; on 3.12+ that drop, a 64-bit read right after
-    // the 32-bit write of Py_INCREF, stalled on store forwarding once per key.
-    void HandKeysOver() { keys_owned_ = false; }
+    // Moves the pairs' key references, in order, to the end of `owner` (a treedef's key table, or
+    // tree_map's key stack, which outlives this dict's visit) and returns where they start. The
+    // pairs keep the keys as borrowed pointers, and only the values are theirs to release. A
+    // flatten's keys then cost one reference each, the owner's, instead of the pair's taken and
+    // dropped around it; on 3.12+ that drop, a 64-bit read right after the 32-bit write of
+    // Py_INCREF, stalled on store forwarding once per key. The room is made first: if that
+    // throws (std::bad_alloc), the pairs still own their keys.
+    size_t HandKeysTo(std::vector<PyObject*>& owner) {
+        const size_t begin = owner.size();
+        ReserveMore(owner, size());
+        for (const Item& item : *this) owner.push_back(item.key);  // cannot throw now
+        keys_owned_ = false;
+        return begin;
+    }
     bool keys_owned() const { return keys_owned_; }
 
  private:

@@ -183,15 +183,10 @@ class Flattener {
     }
 
     // Moves a dict's sorted keys into the treedef (kDef only); returns where they start. The
-    // items keep them as borrowed pointers (Items::HandKeysOver): Values makes each one's key
+    // items keep them as borrowed pointers (Items::HandKeysTo): Values makes each one's key
     // entry, or reads its value again, while the treedef holds them.
     Py_ssize_t TakeDictKeys(Items& items) {
-        std::vector<PyObject*>& keys = def_->keys;
-        const size_t begin = keys.size();
-        ReserveMore(keys, items.size());  // may throw: the items still own their keys then
-        for (size_t i = 0; i < items.size(); ++i) keys.push_back(items[i].key);  // cannot
-        items.HandKeysOver();
-        return static_cast<Py_ssize_t>(begin);
+        return static_cast<Py_ssize_t>(items.HandKeysTo(def_->keys));
     }
 
  private:

@@ -303,14 +303,10 @@ class SinglePassMapper {
     }
 
     // Moves a dict's sorted keys onto the key stack, where they are held until its Finish;
-    // their position. The items keep them as borrowed pointers (Items::HandKeysOver), for
+    // their position. The items keep them as borrowed pointers (Items::HandKeysTo), for
     // read::Values, which is done with them before that Finish.
     Py_ssize_t TakeDictKeys(Items& items) {
-        const size_t begin = keys_.size();
-        ReserveMore(keys_, items.size());  // may throw: the items still own their keys then
-        for (size_t i = 0; i < items.size(); ++i) keys_.push_back(items[i].key);  // cannot
-        items.HandKeysOver();
-        return static_cast<Py_ssize_t>(begin);
+        return static_cast<Py_ssize_t>(items.HandKeysTo(keys_));
     }
 
     aux::Site Site() const { return aux::Site{root_}; }

@@ -80,7 +80,8 @@ struct SmallBlockAllocator {
     SmallBlockAllocator(const SmallBlockAllocator<U, kBlockElements>&) noexcept {}
 
     T* allocate(size_t n) {
-        if (n <= kBlockElements) return static_cast<T*>(small_blocks::FreeList<kBlockBytes>::Take());
+        using Blocks = small_blocks::FreeList<kBlockBytes>;
+        if (n <= kBlockElements) return static_cast<T*>(Blocks::Take());
         if (n > static_cast<size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
         return static_cast<T*>(::operator new(n * sizeof(T)));
     }
