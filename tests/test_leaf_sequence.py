@@ -27,11 +27,29 @@ FLAT = [
     [Opaque(), Opaque()],
     (1, 2.0, "mixed", Opaque()),
 ]
+class Pair:
+    """A registered node (two children), met after leaves of one type."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __eq__(self, other):
+        return type(other) is Pair and (self.a, self.b) == (other.a, other.b)
+
+    __hash__ = None
+
+
+tu.register_pytree_node(Pair, lambda p: ((p.a, p.b), None), lambda _, children: Pair(*children))
 NOT_FLAT = [
     (1, (2,)),
     [1, None],
     [{"a": 1}, 2],
     (1, [2, 3]),
+    # After items of one type found plain leaves (the type is not looked up again), an item of
+    # another type is: a node, None, a container.
+    (1.5, 2.5, 3.5, None),
+    [np.zeros(1), np.zeros(2), (np.ones(1),)],
+    (2.5, 3.5, Pair(1.0, 2.0)),
 ]
 # Ids by position: a repr holds object addresses (Opaque), which differ between processes and so
 # between pytest-xdist's workers.
@@ -114,6 +132,26 @@ def test_map_error_from_f_propagates_and_nothing_leaks(container, size):
     gc.collect()
     assert [len(gc.get_referrers(x)) for x in items] == before
     assert len(made) == size // 2 and all(ref() is None for ref in made)
+
+
+def test_map_of_a_tuple_whose_only_holder_is_the_call():
+    # A small tuple's items are read where they are, not taken: the tuple, held by the call,
+    # keeps them alive while f runs the cyclic GC and drops every other reference it can.
+    import weakref
+
+    class Item:
+        pass
+
+    refs = []
+
+    def f(x):
+        refs.append(weakref.ref(x))
+        gc.collect()
+        return type(x).__name__
+
+    assert tu.tree_map(f, (Item(), Item(), Item())) == ("Item", "Item", "Item")
+    gc.collect()
+    assert len(refs) == 3 and all(ref() is None for ref in refs)
 
 
 def test_map_sees_the_list_as_it_was_when_f_mutates_it():

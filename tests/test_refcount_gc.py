@@ -385,6 +385,9 @@ def test_dicts_of_plain_leaves_make_the_treedef_a_visit_makes():
         "blocks": [{"b": 4, "a": 5}, {"y": 6.5, "x": "leaf"}],
         "ints": {3: 7, 1: 8, 2: 9},
         "empty": {},
+        # Values of one type, then one of another that is not a plain leaf: not one step.
+        "then_none": {"a": 1.0, "b": 2.0, "c": None},
+        "then_node": {"a": 1.0, "b": 2.0, "c": (3.0, 4.0)},
     }
     leaves, fast = tu.tree_flatten(tree)
     visit_leaves, visited = tu.tree_flatten(tree, is_leaf=lambda x: False)

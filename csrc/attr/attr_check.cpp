@@ -8,10 +8,14 @@ namespace fastree {
 namespace attr {
 
 bool SwitchToLibrary(AttrNode* node) {
-    SetUseLibrary(node, true);
     SetCounter(node->checks_left, 0);
     SetCounter(node->irregular_checks_left, 0);
-    return registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
+    // The class's custom record is published before the switch is set: another thread that
+    // sees the switch (kLibrary) then finds the record. Set even if publishing failed (its
+    // error is returned): native reads stop, and the next walk to meet the switch publishes.
+    const bool published = registry::DelegateAttribute(reinterpret_cast<PyObject*>(node));
+    SetUseLibrary(node, true);
+    return published;
 }
 
 bool CheckDue(const AttrNode* node) {

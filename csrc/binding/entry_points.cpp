@@ -72,6 +72,8 @@ PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool wit
 
 PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
                        PyObject* kwnames, Want want) {
+    // A tree alone, the commonest call, without the general parser.
+    if (nargs == 1 && kwnames == nullptr) return DoFlatten(args[0], nullptr, false, false, want);
     PyObject* a[2];
     if (!ParseArgs({name, kTreeIsLeaf, 2, 1}, args, nargs, kwnames, a)) return nullptr;
     return DoFlatten(a[0], OptionalArg(a[1]), false, false, want);
@@ -127,6 +129,11 @@ PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
 }
 
 PyObject* TreeMap(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    // tree_map(f, tree), the commonest call, without the general parser (a sixth of fastree's
+    // instructions in tree_map on a 3-tuple, callgrind).
+    if (nargs == 2 && kwnames == nullptr) {
+        return Map(args[0], args[1], args + 2, 0, nullptr, false, false);
+    }
     PyObject* a[3];
     PyObject* const* rest;
     Py_ssize_t num_rest;

@@ -123,7 +123,7 @@ struct AttrNode {
     PyObject* library_flatten;            // the library's own functions
     PyObject* library_flatten_with_keys;
     PyObject* library_unflatten;
-    // Read and written from any thread with relaxed atomics (Counter, TakeCheck, UsesLibrary,
+    // Read and written from any thread with atomics (Counter, TakeCheck, UsesLibrary,
     // SetUseLibrary below): a lost decrement would only run an extra check, but a plain field
     // read while another thread writes it is a C++ data race on a free-threaded build.
     int checks_left;            // instances still to check
@@ -185,11 +185,13 @@ inline bool HasFunction(const AttrNode* node, PyObject* const AttrNode::*field) 
 inline bool DelegatesIrregular(const AttrNode* node) {
     return __atomic_load_n(&node->delegate_irregular, __ATOMIC_RELAXED);
 }
+// The switch is stored with release and read with acquire: a thread that sees it set also sees
+// the class's custom record the switch published before setting it (attr/attr_check.cpp).
 inline bool UsesLibrary(const AttrNode* node) {
-    return __atomic_load_n(&node->use_library, __ATOMIC_RELAXED);
+    return __atomic_load_n(&node->use_library, __ATOMIC_ACQUIRE);
 }
 inline void SetUseLibrary(AttrNode* node, bool on) {
-    __atomic_store_n(&node->use_library, on, __ATOMIC_RELAXED);
+    __atomic_store_n(&node->use_library, on, __ATOMIC_RELEASE);
 }
 
 // Creates the AttrNode type; null with an error set. Called once, at module init.

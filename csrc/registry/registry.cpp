@@ -434,8 +434,22 @@ bool DelegateAttribute(PyObject* node) {
                         "fastree: an attribute node's library functions are gone");
         return false;
     }
-    return RegisterCustom(n->cls, flatten.get(), unflatten.get(), flatten_with_keys.get(),
-                          current->preserve_identity);
+    std::unique_ptr<Registration> rec = NewRecord(n->cls, NodeKind::kCustom);
+    rec->flatten = Py_NewRef(flatten.get());
+    rec->unflatten = Py_NewRef(unflatten.get());
+    rec->flatten_with_keys = Py_NewRef(flatten_with_keys.get());
+    rec->preserve_identity = current->preserve_identity;
+    // Published only if the node is still its class's registration: threads whose checks fail
+    // together switch the class once, so every treedef made after the switch holds one record.
+    RegistryState& s = S();
+    {
+        MemoTable dropped;  // released after the lock
+        TableLock::Hold hold(s.lock);
+        auto it = s.registered.find(reinterpret_cast<PyTypeObject*>(n->cls));
+        if (it != s.registered.end() && it->second == current) PublishLocked(s, rec, dropped);
+    }
+    Discard(std::move(rec));  // null if published
+    return true;
 }
 
 bool Init() {

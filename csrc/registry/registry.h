@@ -191,6 +191,25 @@ const Registration* ClassifySlow(PyTypeObject* type);
     return memo.reg == &kTupleSubclass ? nullptr : memo.reg;
 }
 
+// ClassifyCached's "a plain leaf" asked of a run of objects (a sequence's items, a dict's values)
+// that are often of one type (a tuple of arrays): an object of the type that has just answered
+// yes is not looked up again. A memo answer depends on the type alone, and the caller runs no
+// Python code between two questions, so it cannot have changed. On a 3-leaf tuple's tree_map,
+// the two lookups saved were 60 of fastree's 450 instructions (callgrind).
+class PlainLeafRun {
+ public:
+    [[gnu::always_inline]] bool operator()(PyObject* obj) {
+        PyTypeObject* t = Py_TYPE(obj);
+        if (t == last_) return true;
+        if (ClassifyCached(obj) != &kLeaf) return false;
+        last_ = t;
+        return true;
+    }
+
+ private:
+    PyTypeObject* last_ = nullptr;  // the last type found a plain leaf
+};
+
 // The registration that applies to `obj`. Never fails, never returns null. Forced inline: it
 // runs once per leaf, and as a call it was a fifth of flattening a list of floats.
 [[gnu::always_inline]] inline const Registration* Classify(PyObject* obj) {

@@ -103,8 +103,9 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
 // Whether every gathered value is a leaf whose visit runs no Python code (a type already
 // classified as a plain leaf: no registration to look up, no warning to give).
 inline bool AllPlainLeaves(fastree::Items& items) {
+    registry::PlainLeafRun plain;
     for (const Item& item : items) {
-        if (registry::ClassifyCached(item.value) != &registry::kLeaf) return false;
+        if (!plain(item.value)) return false;
     }
     return true;
 }
@@ -472,8 +473,14 @@ bool AttributeKind::Read(Walk& w, PyObject* obj, const Registration* reg) {
             return false;
         case attr::Outcome::kLibrary: {
             // A check found a difference: the class is now a custom node with the library's
-            // functions (registry::DelegateAttribute), for this node and every later one.
+            // functions (registry::DelegateAttribute), for this node and every later one. The
+            // record is published before the switch is set; if publishing failed there, it is
+            // tried again here.
             const Registration* now = registry::ClassifyType(Py_TYPE(obj));
+            if (now == reg) {
+                if (!registry::DelegateAttribute(reg->attr_node)) return false;
+                now = registry::ClassifyType(Py_TYPE(obj));
+            }
             if (now->kind != NodeKind::kCustom) {
                 PyErr_Format(PyExc_SystemError, "fastree: %R delegates to its library but is "
                              "not registered with its functions", reinterpret_cast<PyObject*>(

@@ -7,6 +7,8 @@
 // pass. The results are the general path's exactly (the same node bytes, so treedefs compare
 // and hash equal); anything the fast path cannot decide without running Python code (a type not
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
+#include <algorithm>
+
 #include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"
@@ -36,56 +38,74 @@ PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
 // At most this many leaves, tree_map gathers f's results before making the output.
 constexpr Py_ssize_t kSmallMap = 8;
 
+// A new tuple or list (`kind`) of the `n` objects in `owned`, whose references it steals; null
+// with an error set, and nothing stolen, if it cannot be made.
+PyObject* StealIntoNew(NodeKind kind, PyObject* const* owned, Py_ssize_t n) {
+    if (kind == kTupleKind) {
+        PyObject* out = PyTuple_New(n);
+        if (out != nullptr) std::copy_n(owned, n, &PyTuple_GET_ITEM(out, 0));
+        return out;
+    }
+    PyObject* out = NewList(n);
+    if (out == nullptr) return nullptr;
+    PyObject** slots = reinterpret_cast<PyListObject*>(out)->ob_item;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* was = slots[i];  // null, or None on free-threaded builds (NewList)
+        slots[i] = owned[i];
+        Py_XDECREF(was);
+    }
+    return out;
+}
+
 // MapLeafSequence for at most kSmallMap items: f's results are gathered in a buffer here and the
 // output is made around them once the last is in, so it is never seen half built and is not
 // hidden from the cyclic GC meanwhile (its untrack and track were a tenth of tree_map on a
 // 3-tuple). Null with no error set where the general path must read `tree` (not all plain
 // leaves, or resized meanwhile); null with f's error set.
 PyObject* MapSmallLeafSequence(PyObject* f, PyObject* tree, NodeKind kind, Py_ssize_t n) {
-    PyObject* taken[kSmallMap];  // owned from here: f may remove them from a list `tree`
+    // A tuple's items are read where they are: the tuple cannot change, and the caller holds
+    // it for the call. A list's are taken first (owned from here): f may remove them from it,
+    // and on free-threaded builds another thread may at any time (taken in one step, classified
+    // after: see FlattenLeafSequence). Their six reference count writes and the release were a
+    // seventh of fastree's instructions in tree_map on a 3-tuple (callgrind).
+    const bool taken = kind == kListKind;
+    PyObject* held[kSmallMap];
+    PyObject* const* items;
+    if (!taken) {
+        items = &PyTuple_GET_ITEM(tree, 0);
+    } else {
 #ifdef Py_GIL_DISABLED
-    // Taken first in one step, classified after (see FlattenLeafSequence).
-    if (!CopyItemsIfSize(tree, n, taken)) return nullptr;
+        if (!CopyItemsIfSize(tree, n, held)) return nullptr;  // resized: the general path reads it
 #else
-    PyObject* const* items = SequenceItems(tree, &kind);
-    for (Py_ssize_t i = 0; i < n; ++i) taken[i] = Py_NewRef(items[i]);
+        PyObject* const* listed = reinterpret_cast<PyListObject*>(tree)->ob_item;
+        for (Py_ssize_t i = 0; i < n; ++i) held[i] = Py_NewRef(listed[i]);
 #endif
+        items = held;
+    }
     PyObject* results[kSmallMap];
-    Py_ssize_t done = 0;
-    auto release = [&] {  // the items, and the results made so far
-        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(taken[i]);
+    Py_ssize_t done = 0;  // results made (owned)
+    PyObject* out = nullptr;
+    // Not all plain leaves: the general path reads it (items taken are also held by `tree`, so
+    // releasing them runs no Python code).
+    registry::PlainLeafRun plain;
+    Py_ssize_t plain_items = 0;
+    while (plain_items < n && plain(items[plain_items])) ++plain_items;
+    if (plain_items == n) {
+        for (; done < n; ++done) {
+            PyObject* args[2] = {nullptr, items[done]};
+            results[done] =
+                PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+            if (results[done] == nullptr) break;  // f's error
+        }
+        if (done == n) out = StealIntoNew(kind, results, n);
+    }
+    // Plain loops, not a closure over n and done: one kept them in memory across every call.
+    if (taken) {
+        for (Py_ssize_t i = 0; i < n; ++i) Py_DECREF(held[i]);
+    }
+    if (out == nullptr) {  // the results made, if any
         for (Py_ssize_t i = 0; i < done; ++i) Py_DECREF(results[i]);
-    };
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        // Not all plain leaves: the general path reads it (the items are also held by `tree`,
-        // so releasing them runs no Python code).
-        if (registry::ClassifyCached(taken[i]) != &registry::kLeaf) {
-            release();
-            return nullptr;
-        }
     }
-    for (; done < n; ++done) {
-        PyObject* args[2] = {nullptr, taken[done]};
-        results[done] =
-            PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
-        if (results[done] == nullptr) {  // f's error
-            release();
-            return nullptr;
-        }
-    }
-    PyObject* out = kind == kTupleKind ? PyTuple_New(n) : NewList(n);
-    if (out != nullptr) {
-        PyObject** slots = kind == kTupleKind ? &PyTuple_GET_ITEM(out, 0)
-                                              : reinterpret_cast<PyListObject*>(out)->ob_item;
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            // Steals the result. The slot held null, or None on free-threaded builds (NewList).
-            PyObject* was = slots[i];
-            slots[i] = results[i];
-            Py_XDECREF(was);
-        }
-        done = 0;
-    }
-    release();  // the items (and, if the output could not be made, the results)
     return out;
 }
 
@@ -110,18 +130,17 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     if (!CopyItemsIfSize(tree, n, reinterpret_cast<PyListObject*>(leaves.get())->ob_item)) {
         return nullptr;  // resized meanwhile (no error: the general path reads it as it is)
     }
+    registry::PlainLeafRun plain;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        if (registry::ClassifyCached(PyList_GET_ITEM(leaves.get(), i)) != &registry::kLeaf) {
-            return nullptr;
-        }
+        if (!plain(PyList_GET_ITEM(leaves.get(), i))) return nullptr;
     }
 #else
     // Failed (error set), or resized meanwhile (no error: the general path reads it as it is).
     if (SharedSize(tree) != n) return nullptr;
     PyObject* const* items = SequenceItems(tree, &kind);
+    registry::PlainLeafRun plain;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        const Registration* reg = registry::ClassifyCached(items[i]);
-        if (reg != &registry::kLeaf) {
+        if (!plain(items[i])) {
             // Not all plain leaves (nodes, leaves JAX warns about), or not decidable here: drop
             // what was copied (the references are also held by `tree`, so no object dies and no
             // Python code runs).
@@ -172,16 +191,18 @@ PyObject* MapLeafSequence(PyObject* f, PyObject* tree) {
 #ifdef Py_GIL_DISABLED
     // Taken first in one step, classified after (see FlattenLeafSequence).
     if (!CopyItemsIfSize(tree, n, slots)) return nullptr;  // resized: the general path reads it
+    registry::PlainLeafRun plain;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        if (registry::ClassifyCached(slots[i]) != &registry::kLeaf) return nullptr;
+        if (!plain(slots[i])) return nullptr;
     }
 #else
     if (SharedSize(tree) != n) return nullptr;  // resized meanwhile: the general path reads it
     PyObject* const* items = SequenceItems(tree, &kind);
     // One pass: each item classified and taken. Owning them all before f first runs keeps the
     // items f may remove from a list `tree` (JAX, flattening first, maps them all).
+    registry::PlainLeafRun plain;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        if (registry::ClassifyCached(items[i]) != &registry::kLeaf) {
+        if (!plain(items[i])) {
             // Not all plain leaves (see FlattenLeafSequence): `out` releases what was taken
             // (also held by `tree`: no object dies, no Python code runs).
             return nullptr;

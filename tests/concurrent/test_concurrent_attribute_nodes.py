@@ -182,6 +182,44 @@ def test_a_failed_check_switches_every_thread_to_the_library():
     isolated(_checker_switches_workload)
 
 
+SWITCH_ROUNDS = 24
+
+
+def _switch_met_midway_workload():
+    # Every thread reads one instance until it has seen the switch, while the checks fail: with
+    # one check, the others meet the switch set by a thread still publishing the class's custom
+    # record; with a check per thread, several threads switch at once. Each thread's read after
+    # it saw the switch must find the one custom record the switch published (never a
+    # SystemError, never a second record: treedefs of two records differ).
+    for round_ in range(SWITCH_ROUNDS):
+        cls = _checked_class(f"MetMidway{round_}")
+        node = _core.AttrNode(cls, ["a"], ["b"])
+        node.check_with(lambda obj: False, *_library_functions(cls, []),
+                        checks=1 if round_ % 2 == 0 else THREADS)
+        jtu.register_pytree_with_keys(cls, node.flatten_with_keys, node.unflatten, node.flatten)
+        _core.register_attribute_node(node)
+        obj = cls(round_, "static")
+
+        def work(k, obj=obj, node=node):
+            for reads in range(1, 100_000):
+                seen = node.use_library
+                leaves, treedef = tu.tree_flatten(obj)
+                check(leaves, [obj.a], f"round {round_} read {reads} leaves")
+                if seen:
+                    return treedef
+            raise AssertionError(f"round {round_}: the switch was never seen")
+
+        treedefs = run_threads(work)
+        final = tu.tree_structure(obj)
+        for k, treedef in enumerate(treedefs):
+            check(treedef, final, f"round {round_}, thread {k}'s treedef after the switch")
+        check(tu.tree_unflatten(final, [7]).a, 7, f"round {round_} rebuilt")
+
+
+def test_threads_that_meet_the_switch_midway_find_its_one_record():
+    isolated(_switch_met_midway_workload)
+
+
 def _check_with_swapped_workload():
     # Thread 0 replaces the checker and the library functions again and again (A6) while the
     # others read instances the library answers for (irregular: an extra attribute) and ask the
