@@ -194,8 +194,8 @@ const Registration* ClassifySlow(PyTypeObject* type);
 // ClassifyCached's "a plain leaf" asked of a run of objects (a sequence's items, a dict's values)
 // that are often of one type (a tuple of arrays): an object of the type that has just answered
 // yes is not looked up again. A memo answer depends on the type alone, and the caller runs no
-// Python code between two questions, so it cannot have changed. On a 3-leaf tuple's tree_map,
-// the two lookups saved were 60 of fastree's 450 instructions (callgrind).
+// Python code between two questions, so it cannot have changed. On a tuple of three arrays'
+// tree_map, the two lookups saved were about 55 of fastree's own 450 instructions (callgrind).
 class PlainLeafRun {
  public:
     [[gnu::always_inline]] bool operator()(PyObject* obj) {
