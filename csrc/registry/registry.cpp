@@ -364,6 +364,20 @@ const Registration* ClassifySlow(PyTypeObject* t) {
     return reg;
 }
 
+namespace {
+// A custom node's record, not yet published (flatten or flatten_with_keys may be null).
+std::unique_ptr<Registration> NewCustomRecord(PyObject* type, PyObject* flatten,
+                                              PyObject* unflatten, PyObject* flatten_with_keys,
+                                              bool preserve_identity) {
+    std::unique_ptr<Registration> rec = NewRecord(type, NodeKind::kCustom);
+    rec->flatten = Py_XNewRef(flatten);
+    rec->unflatten = Py_NewRef(unflatten);
+    rec->flatten_with_keys = Py_XNewRef(flatten_with_keys);
+    rec->preserve_identity = preserve_identity;
+    return rec;
+}
+}  // namespace
+
 bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
                     PyObject* flatten_with_keys, bool preserve_identity) {
     if (!PyType_Check(type)) {
@@ -376,12 +390,7 @@ bool RegisterCustom(PyObject* type, PyObject* flatten, PyObject* unflatten,
         PyErr_SetString(PyExc_TypeError, "A flatten function is required.");
         return false;
     }
-    std::unique_ptr<Registration> reg = NewRecord(type, NodeKind::kCustom);
-    reg->flatten = Py_XNewRef(flatten);
-    reg->unflatten = Py_NewRef(unflatten);
-    reg->flatten_with_keys = Py_XNewRef(flatten_with_keys);
-    reg->preserve_identity = preserve_identity;
-    Publish(std::move(reg));
+    Publish(NewCustomRecord(type, flatten, unflatten, flatten_with_keys, preserve_identity));
     return true;
 }
 
@@ -434,11 +443,9 @@ bool DelegateAttribute(PyObject* node) {
                         "fastree: an attribute node's library functions are gone");
         return false;
     }
-    std::unique_ptr<Registration> rec = NewRecord(n->cls, NodeKind::kCustom);
-    rec->flatten = Py_NewRef(flatten.get());
-    rec->unflatten = Py_NewRef(unflatten.get());
-    rec->flatten_with_keys = Py_NewRef(flatten_with_keys.get());
-    rec->preserve_identity = current->preserve_identity;
+    std::unique_ptr<Registration> rec =
+        NewCustomRecord(n->cls, flatten.get(), unflatten.get(), flatten_with_keys.get(),
+                        current->preserve_identity);
     // Published only if the node is still its class's registration: threads whose checks fail
     // together switch the class once, so every treedef made after the switch holds one record.
     RegistryState& s = S();

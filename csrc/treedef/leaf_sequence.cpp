@@ -7,8 +7,6 @@
 // pass. The results are the general path's exactly (the same node bytes, so treedefs compare
 // and hash equal); anything the fast path cannot decide without running Python code (a type not
 // classified yet, a tuple subclass, is_leaf, key paths) falls back to the general path.
-#include <algorithm>
-
 #include "treedef/node_kinds.h"
 #include "util/pyutils.h"
 #include "util/small_vector.h"
@@ -37,25 +35,6 @@ PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
 
 // At most this many leaves, tree_map gathers f's results before making the output.
 constexpr Py_ssize_t kSmallMap = 8;
-
-// A new tuple or list (`kind`) of the `n` objects in `owned`, whose references it steals; null
-// with an error set, and nothing stolen, if it cannot be made.
-PyObject* StealIntoNew(NodeKind kind, PyObject* const* owned, Py_ssize_t n) {
-    if (kind == kTupleKind) {
-        PyObject* out = PyTuple_New(n);
-        if (out != nullptr) std::copy_n(owned, n, &PyTuple_GET_ITEM(out, 0));
-        return out;
-    }
-    PyObject* out = NewList(n);
-    if (out == nullptr) return nullptr;
-    PyObject** slots = reinterpret_cast<PyListObject*>(out)->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* was = slots[i];  // null, or None on free-threaded builds (NewList)
-        slots[i] = owned[i];
-        Py_XDECREF(was);
-    }
-    return out;
-}
 
 // MapLeafSequence for at most kSmallMap items: f's results are gathered in a buffer here and the
 // output is made around them once the last is in, so it is never seen half built and is not
@@ -97,7 +76,7 @@ PyObject* MapSmallLeafSequence(PyObject* f, PyObject* tree, NodeKind kind, Py_ss
                 PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
             if (results[done] == nullptr) break;  // f's error
         }
-        if (done == n) out = StealIntoNew(kind, results, n);
+        if (done == n) out = StealIntoNewSequence(results, n, kind == kTupleKind);
     }
     // Plain loops, not a closure over n and done: one kept them in memory across every call.
     if (taken) {

@@ -528,15 +528,23 @@ inline Ref OptionalRef(PyObject* borrowed) {
 // `items` is left empty), or null with an error set (`items` still owns them). The allocation
 // can run the cyclic GC, which cannot reach `items` (a C++ buffer); filling the new container
 // runs no Python code, so it is never seen half-built.
-template <class Vec>
-inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
-    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+// The same from `n` owned references at `owned`, which it steals; null with an error set, and
+// nothing stolen, if the container cannot be made. On free-threaded builds NewList's slots hold
+// None, which is immortal there (3.13+): it is overwritten without a release.
+inline PyObject* StealIntoNewSequence(PyObject* const* owned, Py_ssize_t n, bool as_tuple) {
     PyObject* out = as_tuple ? PyTuple_New(n) : NewList(n);
     if (out == nullptr) return nullptr;
     PyObject** slots = as_tuple ? reinterpret_cast<PyTupleObject*>(out)->ob_item
                                 : reinterpret_cast<PyListObject*>(out)->ob_item;
-    for (Py_ssize_t i = 0; i < n; ++i) slots[i] = items[static_cast<size_t>(i)];
-    items.clear();
+    for (Py_ssize_t i = 0; i < n; ++i) slots[i] = owned[i];
+    return out;
+}
+
+template <class Vec>
+inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    PyObject* out = StealIntoNewSequence(n > 0 ? &items[0] : nullptr, n, as_tuple);
+    if (out != nullptr) items.clear();
     return out;
 }
 
