@@ -274,6 +274,60 @@ def test_treedef_owning_no_references_is_untracked():
     assert [gc.is_tracked(c) for c in td.children()] == [False, True]
 
 
+def test_treedefs_made_from_dead_ones_start_afresh():
+    # Dead treedef objects are kept and reused (type.cpp): a treedef made from one must not
+    # keep its hash, its weak references, its tracking or its structure.
+    trees = [(1, 2, 3), {"a": 1, "b": (2,)}, [None, [1]], Pair(1, 2, tag=Holder()), 7]
+    expected = []
+    for tree in trees:
+        td = tu.tree_structure(tree)
+        expected.append((td, hash(td), gc.is_tracked(td)))
+    for _ in range(5):
+        alive = []
+        for tree, (td_expected, hash_expected, tracked_expected) in zip(trees * 20, expected * 20):
+            dead = tu.tree_structure(tree)
+            ref = weakref.ref(dead)
+            hash(dead)
+            del dead
+            assert ref() is None
+            td = tu.tree_structure(tree)
+            assert td == td_expected
+            assert hash(td) == hash_expected
+            assert gc.is_tracked(td) is tracked_expected
+            assert ref() is None  # a weak reference to the dead one never sees the new one
+            alive.append(td)  # some live while others die: the kept list fills and empties
+        del alive
+        gc.collect()
+
+
+def test_treedef_type_reference_count_is_balanced():
+    # A kept treedef gives its type reference back when it dies and takes a new one when reused.
+    tree = (1, 2, 3)
+    for _ in range(100):  # fill the kept list
+        tu.tree_structure(tree)
+    td_type = type(tu.tree_structure(tree))
+    before = sys.getrefcount(td_type)
+    for _ in range(ITERATIONS):
+        tu.tree_flatten(tree)
+        many = [tu.tree_structure(tree) for _ in range(50)]  # more than the list keeps
+        del many
+    assert sys.getrefcount(td_type) == before
+
+
+def test_reused_treedef_in_a_cycle_is_collected():
+    # A treedef made from a kept one is tracked again when it holds references, so a cycle
+    # through it is still found.
+    for _ in range(100):
+        tu.tree_structure((1, 2))
+    holder = Holder()
+    td = tu.tree_structure(Pair(1, 2, tag=holder))
+    holder.ref = td
+    probe = weakref.ref(holder)
+    del holder, td
+    gc.collect()
+    assert probe() is None
+
+
 def _transitive_referents(obj, depth):
     seen, frontier = [], [obj]
     for _ in range(depth):

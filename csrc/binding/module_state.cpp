@@ -204,6 +204,7 @@ void ModuleState::Clear() {
     IndexCache::Release(sequence_cache);
     IndexCache::Release(flattened_index_cache);
     for (IndexCache* cache : index_caches) IndexCache::Release(cache);
+    ReleaseKeptTreeDefs();
 }
 
 // ---- The state object: fastree._core._module_state.

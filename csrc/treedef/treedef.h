@@ -246,6 +246,8 @@ inline TreeDef& DefOf(PyObject* obj) { return reinterpret_cast<PyTreeDefObject*>
 
 // Wraps a treedef in a new Python object (consumes `def`). Null with an error on failure.
 PyObject* WrapTreeDef(TreeDef&& def);
+// Frees the dead treedef objects kept for reuse (type.cpp); at module teardown.
+void ReleaseKeptTreeDefs();
 // Creates the type (once, at module init).
 PyTypeObject* CreateTreeDefType();
 

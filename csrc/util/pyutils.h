@@ -516,21 +516,11 @@ inline Ref OptionalRef(PyObject* borrowed) {
     return Ref::FromBorrowed(borrowed == Py_None ? nullptr : borrowed);
 }
 
-// A new tuple (kTuple) or list of `n` items, make(i) giving each as a new reference or null
-// with an error set; null with the error set if any fails. Every item is made first, into a
-// buffer of ours, and the container is allocated and filled only once all exist, with no Python
-// code in between. Making an item can run Python code (a callback, or any allocation of a
-// GC-tracked object: the cyclic GC and its finalizers), and a container allocated first is
-// GC-tracked with empty slots meanwhile: reachable half-built (gc.get_objects,
-// gc.get_referrers), where reading an empty slot crashes (tests/test_half_built_outputs.py). Use it
-// wherever building an output's items can run Python code.
-// Transfers a vector of owned references into a new tuple or list (no INCREF: ownership moves;
-// `items` is left empty), or null with an error set (`items` still owns them). The allocation
-// can run the cyclic GC, which cannot reach `items` (a C++ buffer); filling the new container
-// runs no Python code, so it is never seen half-built.
-// The same from `n` owned references at `owned`, which it steals; null with an error set, and
-// nothing stolen, if the container cannot be made. On free-threaded builds NewList's slots hold
-// None, which is immortal there (3.13+): it is overwritten without a release.
+// A new tuple or list of the `n` owned references at `owned`, which it steals (no INCREF), or
+// null with an error set and nothing stolen. The allocation can run the cyclic GC, which cannot
+// reach `owned` (a C++ buffer); filling the new container runs no Python code, so it is never
+// seen half-built. On free-threaded builds NewList's slots hold None, which is immortal there
+// (3.13+): it is overwritten without a release.
 inline PyObject* StealIntoNewSequence(PyObject* const* owned, Py_ssize_t n, bool as_tuple) {
     PyObject* out = as_tuple ? PyTuple_New(n) : NewList(n);
     if (out == nullptr) return nullptr;
@@ -540,6 +530,8 @@ inline PyObject* StealIntoNewSequence(PyObject* const* owned, Py_ssize_t n, bool
     return out;
 }
 
+// The same from a vector of owned references: `items` is left empty, or still owns them if the
+// container cannot be made.
 template <class Vec>
 inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
@@ -548,6 +540,14 @@ inline PyObject* StealIntoSequence(Vec& items, bool as_tuple) {
     return out;
 }
 
+// A new tuple (kTuple) or list of `n` items, make(i) giving each as a new reference or null
+// with an error set; null with the error set if any fails. Every item is made first, into a
+// buffer of ours, and the container is allocated and filled only once all exist, with no Python
+// code in between. Making an item can run Python code (a callback, or any allocation of a
+// GC-tracked object: the cyclic GC and its finalizers), and a container allocated first is
+// GC-tracked with empty slots meanwhile: reachable half-built (gc.get_objects,
+// gc.get_referrers), where reading an empty slot crashes (tests/test_half_built_outputs.py). Use it
+// wherever building an output's items can run Python code.
 template <bool kTuple, class Make>
 PyObject* NewSequenceOf(Py_ssize_t n, Make&& make) {
     RefSmallVector<8> items;  // owned; released if a make fails
