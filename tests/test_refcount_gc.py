@@ -295,8 +295,8 @@ def test_treedefs_made_from_dead_ones_start_afresh():
             assert hash(td) == hash_expected
             assert gc.is_tracked(td) is tracked_expected
             assert ref() is None  # a weak reference to the dead one never sees the new one
-            alive.append(td)  # some live while others die: the kept list fills and empties
-        del alive
+            alive.append(td)
+        del alive  # 100 die at once, more than are kept; the next round takes the kept ones
         gc.collect()
 
 
