@@ -239,6 +239,71 @@ def test_a_class_fingerprint_leaves_out_methods_made_at_run_time():
     assert fingerprint(Record) != before
 
 
+def test_a_class_fingerprint_leaves_out_its_compiled_annotations(monkeypatch, tmp_path):
+    # From 3.14 a class's annotations become a function in its namespace (__annotate__); the
+    # same class must have one fingerprint on every Python, so it is left out.
+    annotated = _module("annotated_record", """
+        class Record:
+            size: int
+            names: "list[str]"
+
+            def describe(self):
+                return "record"
+    """, monkeypatch, tmp_path)
+    plain = _module("plain_record", """
+        class Record:
+            def describe(self):
+                return "record"
+    """, monkeypatch, tmp_path)
+    assert fingerprint(annotated.Record) is not None
+    assert fingerprint(annotated.Record) == fingerprint(plain.Record)
+
+
+def _release_tuple(release: str) -> tuple[int, ...]:
+    # A pre-release or local version ("0.13.9.dev0") sorts before every numbered release here.
+    try:
+        return tuple(int(part) for part in release.strip().split("."))
+    except ValueError:
+        return ()
+
+
+def _table_entry(table, version: str) -> dict[str, str] | None:
+    # A key names releases one by one ("0.12.10, 0.12.12") or as a range ("0.13.5 to 0.13.8").
+    for key, prints in table.KNOWN_CODE.items():
+        for part in key.split(","):
+            low, _, high = part.partition(" to ")
+            if high:
+                if _release_tuple(low) <= _release_tuple(version) <= _release_tuple(high):
+                    return prints
+            elif part.strip() == version:
+                return prints
+    return None
+
+
+@pytest.mark.parametrize("library, table", [("flax", _known_flax), ("equinox", _known_equinox),
+                                            ("chex", _known_chex)])
+def test_a_known_release_has_its_fingerprints_on_this_python(library, table):
+    # A release in a table is recognised on every supported Python: each piece of its code the
+    # table names fingerprints here as it did where the table was made. (A fingerprint that
+    # depends on the Python version would leave that release's classes to the library there.)
+    import importlib
+    import importlib.metadata
+
+    pytest.importorskip(library)
+    version = importlib.metadata.version(library)
+    prints = _table_entry(table, version)
+    if prints is None:
+        pytest.skip(f"{library} {version} is not in fastree's table")
+    differ = []
+    for name, expected in sorted(prints.items()):
+        module, _, qualname = name.partition(":")
+        importlib.import_module(module)
+        got = fingerprint(Mirrored(module, qualname).lookup())
+        if got != expected:
+            differ.append(f"{name}: {got} (table: {expected})")
+    assert not differ, f"{library} {version} on Python {sys.version.split()[0]}: {differ}"
+
+
 def test_the_porting_guide_release_table_lists_the_known_code_tables():
     # docs/porting-library-integrations.md's table names, per library, each KNOWN_CODE entry in
     # order, separated by ";" before any parenthesis: it cannot drift from the tables.

@@ -163,6 +163,14 @@ def _generated(function: Any) -> bool:
         [os.path.abspath(filename), _STDLIB]) == _STDLIB
 
 
+def _made_from_annotations(function: Any) -> bool:
+    # From 3.14 (PEP 649) a class body's annotations are compiled into a function of their own,
+    # kept in the class's namespace (``__annotate_func__``, named ``__annotate__``); before 3.14
+    # there is none. What it returns decides nothing a class's functions do, and a dataclass's
+    # fields are named with the class: left out, so a release has one fingerprint on every Python.
+    return function.__code__.co_name == "__annotate__"
+
+
 def _class_text(cls: type) -> str | None:
     parts = [f"class {cls.__qualname__}"]
     if dataclasses.is_dataclass(cls):
@@ -178,6 +186,8 @@ def _class_text(cls: type) -> str | None:
         if _generated(member):
             # Left out, since which ones there are depends on the Python version; the fields
             # above and the decorator's code decide what they do.
+            continue
+        if _made_from_annotations(member):
             continue
         text = _function_text(member)
         if text is None:
