@@ -54,14 +54,11 @@ int Clear(PyObject* self) {
 // lived all along.
 //
 // Process-wide under the GIL: the module supports the main interpreter only, and treedefs are
-// made and freed with the GIL held. No list on free-threaded builds (it would need a lock or a
-// per-thread list; a GC object's header there also records its owning thread), nor under
-// AddressSanitizer, where reused memory would hide a use after free.
-#if defined(Py_GIL_DISABLED) || defined(__SANITIZE_ADDRESS__)
-constexpr int kKeptTreeDefs = 0;
-#else
-constexpr int kKeptTreeDefs = 32;
-#endif
+// made and freed with the GIL held. Kept where small node blocks are (small_blocks::kKeepBlocks,
+// util/small_block_allocator.h): not on free-threaded builds (a shared list would need a lock,
+// and a GC object's header there also records its owning thread), nor under AddressSanitizer,
+// where reused memory would hide a use after free.
+constexpr int kKeptTreeDefs = small_blocks::kKeepBlocks ? 32 : 0;
 PyObject* g_kept[kKeptTreeDefs > 0 ? kKeptTreeDefs : 1];
 int g_num_kept = 0;
 
