@@ -147,6 +147,30 @@ class _InterruptingEq:
     __hash__ = object.__hash__
 
 
+@pytest.mark.parametrize(
+    "tree", [(1.0, 2.0), [1.0], [1.0] * 20, {"a": 1.0}, ((1.0,), 2.0)],
+    ids=["flat-tuple", "flat-list", "long-list", "dict", "nested"],
+)
+def test_a_report_from_fs_own_call_fails_the_map_whatever_the_tree(mode, tree):
+    # tree_map on a tuple or list of plain leaves opens no report scope (nothing in it can be
+    # reported, csrc/binding/entry_points.cpp), so f's own call makes its report when it ends and
+    # f sees the error; on other trees the walk's scope makes it after the walk. Either way the
+    # strict error is tree_map's, and no result comes back.
+    mode("strict")
+    box = _box_type()
+
+    def f(x):
+        tu.tree_structure(box(np.zeros(2)))
+        return x
+
+    with pytest.raises(TypeError, match="holds a numpy.ndarray"):
+        tu.tree_map(f, tree)
+    mode("warn")
+    fastree.diagnostics.aux._reset_warnings()
+    with pytest.warns(fastree.AuxDataWarning, match="holds a numpy.ndarray"):
+        assert tu.tree_map(f, tree) == tree
+
+
 @pytest.mark.parametrize("checks", ["warn", "strict"])
 def test_no_user_eq_runs_during_a_walk(mode, checks):
     mode(checks)

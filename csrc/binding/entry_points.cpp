@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "diagnostics/aux_check.h"
 #include "util/pyutils.h"
 #include "util/scratch.h"
 #include "treedef/treedef.h"
@@ -31,14 +32,14 @@ PyObject* ListFrom(std::vector<PyObject*>& items) {
 // flatten with or without paths; returns (list, treedef) or just one of them.
 enum class Want { kLeaves, kStructure, kBoth };
 
+// A tuple or list of plain leaves, flattened without a walk (leaf_sequence.cpp); null with no
+// error set where the walk must read it.
+PyObject* FlattenLeaves(PyObject* tree, Want want) {
+    return FlattenLeafSequence(tree, want != Want::kStructure, want != Want::kLeaves);
+}
+
+// The walk, inside the entry point's report scope (aux::ReportAfter).
 PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
-    if (is_leaf == nullptr && !with_path) {
-        if (PyObject* out = FlattenLeafSequence(tree, want != Want::kStructure,
-                                                want != Want::kLeaves)) {
-            return out;
-        }
-        if (PyErr_Occurred()) return nullptr;
-    }
     TreeDef def;
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
@@ -70,13 +71,44 @@ PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool wit
     return pair;
 }
 
-PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
-                       PyObject* kwnames, Want want) {
+template <Want kWant>
+PyObject* FlattenWalk(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                      PyObject* kwnames) {
     // A tree alone, the commonest call, without the general parser.
-    if (nargs == 1 && kwnames == nullptr) return DoFlatten(args[0], nullptr, false, false, want);
+    if (nargs == 1 && kwnames == nullptr) return DoFlatten(args[0], nullptr, false, false, kWant);
     PyObject* a[2];
     if (!ParseArgs({name, kTreeIsLeaf, 2, 1}, args, nargs, kwnames, a)) return nullptr;
-    return DoFlatten(a[0], OptionalArg(a[1]), false, false, want);
+    PyObject* is_leaf = OptionalArg(a[1]);
+    if (is_leaf == nullptr) {
+        if (PyObject* out = FlattenLeaves(a[0], kWant)) return out;
+        if (PyErr_Occurred()) return nullptr;
+    }
+    return DoFlatten(a[0], is_leaf, false, false, kWant);
+}
+
+template <Want kWant>
+[[gnu::noinline]] PyObject* ScopedFlattenWalk(const char* name, PyObject* const* args,
+                                              Py_ssize_t nargs, PyObject* kwnames) {
+    aux::ReportScope scope;
+    return scope.Finish(FlattenWalk<kWant>(name, args, nargs, kwnames));
+}
+
+// The entry points whose fast path runs before their report scope opens (module.cpp registers
+// them without aux::ReportAfter). A tuple or list of plain leaves holds no custom node, so its
+// flatten or map finds no aux_data to report, and nothing of it can be disturbed by a reporter
+// running before the call returns: f's own calls into fastree (tree_map) make their reports
+// when they end, as calls made outside any walk do. The scope's thread-local lookup and its
+// bookkeeping were 55 of the 693 instructions of tree_map on a 3-tuple (callgrind, 3.13).
+// The walk in its own function, not inlined: the scope's frame would cost the fast path its
+// own (six saved registers, callgrind).
+template <Want kWant>
+PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames) {
+    if (nargs == 1 && kwnames == nullptr) {
+        if (PyObject* out = FlattenLeaves(args[0], kWant)) return out;
+        if (PyErr_Occurred()) return nullptr;
+    }
+    return ScopedFlattenWalk<kWant>(name, args, nargs, kwnames);
 }
 
 PyObject* FlattenWithPathEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
@@ -91,15 +123,15 @@ PyObject* FlattenWithPathEntry(const char* name, PyObject* const* args, Py_ssize
 }  // namespace
 
 PyObject* TreeFlatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    return FlattenEntry("tree_flatten", args, nargs, kwnames, Want::kBoth);
+    return FlattenEntry<Want::kBoth>("tree_flatten", args, nargs, kwnames);
 }
 
 PyObject* TreeLeaves(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    return FlattenEntry("tree_leaves", args, nargs, kwnames, Want::kLeaves);
+    return FlattenEntry<Want::kLeaves>("tree_leaves", args, nargs, kwnames);
 }
 
 PyObject* TreeStructure(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    return FlattenEntry("tree_structure", args, nargs, kwnames, Want::kStructure);
+    return FlattenEntry<Want::kStructure>("tree_structure", args, nargs, kwnames);
 }
 
 PyObject* TreeFlattenWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs,
@@ -128,18 +160,33 @@ PyObject* TreeUnflatten(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
     return UnflattenIterable(DefOf(a[0]), a[1]);
 }
 
-PyObject* TreeMap(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    // tree_map(f, tree), the commonest call, without the general parser (a sixth of fastree's
-    // instructions in tree_map on a 3-tuple, callgrind).
-    if (nargs == 2 && kwnames == nullptr) {
-        return Map(args[0], args[1], args + 2, 0, nullptr, false, false);
-    }
+namespace {
+
+// tree_map past its leaf-sequence path, in its report scope. Not inlined: the scope's frame
+// would cost the fast path its own (six saved registers, callgrind).
+[[gnu::noinline]] PyObject* TreeMapWalk(PyObject* const* args, Py_ssize_t nargs,
+                                        PyObject* kwnames) {
+    aux::ReportScope scope;
+    if (nargs == 2 && kwnames == nullptr) return scope.Finish(MapSinglePass(args[0], args[1]));
     PyObject* a[3];
     PyObject* const* rest;
     Py_ssize_t num_rest;
     ArgSpec spec{"tree_map", kMapNames, 3, 2, /*rest_after=*/2};
     if (!ParseArgs(spec, args, nargs, kwnames, a, &rest, &num_rest)) return nullptr;
-    return Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), false, false);
+    return scope.Finish(Map(a[0], a[1], rest, num_rest, OptionalArg(a[2]), false, false));
+}
+
+}  // namespace
+
+PyObject* TreeMap(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    // tree_map(f, tree), the commonest call, without the general parser (a sixth of fastree's
+    // instructions in tree_map on a 3-tuple, callgrind), and on a tuple or list of plain leaves
+    // before the report scope opens (see FlattenEntry).
+    if (nargs == 2 && kwnames == nullptr) {
+        if (PyObject* out = MapLeafSequence(args[0], args[1])) return out;
+        if (PyErr_Occurred()) return nullptr;
+    }
+    return TreeMapWalk(args, nargs, kwnames);
 }
 
 PyObject* TreeMapWithPath(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {

@@ -33,22 +33,29 @@ PyCFunction Fn() {
         reinterpret_cast<void (*)(void)>(Guard<aux::ReportAfter<F>>));
 }
 
+// The same for an entry point that opens its report scope itself, after a fast path that can
+// find no report (entry_points.cpp, FlattenEntry).
+template <auto F>
+PyCFunction FnOwnScope() {
+    return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
+}
+
 constexpr int kFastKw = METH_FASTCALL | METH_KEYWORDS;
 
 PyMethodDef kFastFunctions[] = {
-    {"tree_flatten", Fn<TreeFlatten>(), kFastKw,
+    {"tree_flatten", FnOwnScope<TreeFlatten>(), kFastKw,
      "tree_flatten(tree, is_leaf=None)\n--\n\n"
      "Flattens a pytree into (leaves, treedef).\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_flatten({'b': (1, 2), 'a': None})\n"
      "([1, 2], PyTreeDef({'a': None, 'b': (*, *)}))\n"},
-    {"tree_leaves", Fn<TreeLeaves>(), kFastKw,
+    {"tree_leaves", FnOwnScope<TreeLeaves>(), kFastKw,
      "tree_leaves(tree, is_leaf=None)\n--\n\n"
      "The leaves of a pytree, in flattening order; builds no treedef.\n\n"
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_leaves([1, {'x': 2, 'w': 3}])\n"
      "[1, 3, 2]\n"},
-    {"tree_structure", Fn<TreeStructure>(), kFastKw,
+    {"tree_structure", FnOwnScope<TreeStructure>(), kFastKw,
      "tree_structure(tree, is_leaf=None)\n--\n\n"
      "The treedef of a pytree.\n\n"
      ">>> import fastree.tree_util as tu\n"
@@ -69,7 +76,7 @@ PyMethodDef kFastFunctions[] = {
      ">>> import fastree.tree_util as tu\n"
      ">>> tu.tree_unflatten(tu.tree_structure((0, [0])), 'ab')\n"
      "('a', ['b'])\n"},
-    {"tree_map", Fn<TreeMap>(), kFastKw,
+    {"tree_map", FnOwnScope<TreeMap>(), kFastKw,
      "tree_map(f, tree, *rest, is_leaf=None)\n--\n\n"
      "Applies f to the leaves of `tree` (and the matching subtrees of `rest`).\n\n"
      ">>> import fastree.tree_util as tu\n"

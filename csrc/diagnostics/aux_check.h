@@ -69,10 +69,17 @@ class ReportScope {
     }
     ReportScope(const ReportScope&) = delete;
     ReportScope& operator=(const ReportScope&) = delete;
-    // Makes the pending reports (outermost scope only). False with the reporter's error set.
-    bool Flush() { return reports_.depth != 1 || reports_.pending == nullptr || MakePending(); }
+    // The entry point's `result` (owned, or null with an error set) once the pending reports
+    // are made (outermost scope only); null with the reporter's error set where a report raises
+    // (strict mode), the result released.
+    PyObject* Finish(PyObject* result) {
+        if (result != nullptr && !Flush()) Py_CLEAR(result);
+        return result;
+    }
 
  private:
+    // Makes the pending reports (outermost scope only). False with the reporter's error set.
+    bool Flush() { return reports_.depth != 1 || reports_.pending == nullptr || MakePending(); }
     static void DropPending();
     static bool MakePending();
     static AuxReports* Opaque(AuxReports* p) {
@@ -91,9 +98,7 @@ template <class... A, PyObject* (*F)(A...)>
 struct ReportingAfter<F> {
     static PyObject* Call(A... args) {
         ReportScope scope;
-        PyObject* result = F(args...);
-        if (result != nullptr && !scope.Flush()) Py_CLEAR(result);
-        return result;
+        return scope.Finish(F(args...));
     }
 };
 
