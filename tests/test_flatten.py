@@ -2,6 +2,7 @@
 
 import collections
 import copy
+import sys
 
 from fastree.jax_interop.compat import tree as jt  # JAX's own, installed or not
 from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
@@ -263,3 +264,81 @@ def test_node_types_distinguished():
 
 def test_fastree_module_treedef_class():
     assert isinstance(tu.tree_structure(1), fastree.PyTreeDef)
+
+
+# ---- tree_structure counts the leaves it meets and keeps none (csrc/treedef/flatten.cpp,
+# kLeavesMode; csrc/treedef/leaf_sequence.cpp for a tuple or list of leaves)
+
+
+class _Shared:
+    def __init__(self, *kids):
+        self.kids = kids
+
+
+tu.register_pytree_node(
+    _Shared, lambda s: (s.kids, None), lambda _, kids: _Shared(*kids), preserve_identity=True
+)
+
+
+def _structure_cases():
+    shared = _Shared(1.0, [2.0, {"w": 3.0}])
+    return {
+        "flat_list": [1.0] * 20,
+        "flat_tuple": (1, "a", b"x"),
+        "empty": [],
+        "leaf_dicts": [{"kernel": np.zeros(2), "bias": 1.0} for _ in range(3)],
+        "mixed": {"a": [1, (2, None)], "b": collections.OrderedDict(z=1, y=[2]),
+                  "c": collections.defaultdict(list, k=[3])},
+        "custom": [Pair(1, [2, 3]), NodeClass(4)],
+        "shared_twice": [shared, {"again": shared}, 5.0],
+        "namedtuple": collections.namedtuple("P", "x y")(1, [2, 3]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_structure_cases()))
+@pytest.mark.parametrize("is_leaf", [None, lambda x: isinstance(x, tuple)], ids=["plain", "is_leaf"])
+def test_structure_is_the_flattens_treedef(name, is_leaf):
+    tree = _structure_cases()[name]
+    td = tu.tree_structure(tree, is_leaf=is_leaf)
+    leaves, flat_td = tu.tree_flatten(tree, is_leaf=is_leaf)
+    assert td == flat_td and hash(td) == hash(flat_td) and repr(td) == repr(flat_td)
+    assert (td.num_leaves, td.num_nodes) == (len(leaves), flat_td.num_nodes)
+    assert [d.num_leaves for d in td.children()] == [d.num_leaves for d in flat_td.children()]
+    assert tu.tree_unflatten(td, leaves) is not None
+
+
+@pytest.mark.parametrize("name", list(_structure_cases()))
+def test_structure_takes_no_reference_to_a_leaf(name):
+    tree = _structure_cases()[name]
+    leaves = tu.tree_leaves(tree)
+    before = [sys.getrefcount(x) for x in leaves]
+    for _ in range(100):
+        tu.tree_structure(tree)
+    assert [sys.getrefcount(x) for x in leaves] == before
+
+
+def test_structure_releases_a_leaf_only_the_walk_held_and_fails_as_flatten_does():
+    # is_leaf pops the item it is asked about: the walk's reference is then its only one, which
+    # tree_structure drops when the item's visit ends (its finalizer runs mid-walk) and
+    # tree_flatten keeps in its leaves. The list shrank either way: both raise the same error.
+    deaths = []
+
+    class Dying:
+        def __del__(self):
+            deaths.append(1)
+
+    def run(fn):
+        tree = [Dying(), 1.0, 2.0]
+
+        def is_leaf(x):
+            if isinstance(x, Dying):
+                tree.pop(0)
+            return False
+
+        with pytest.raises(RuntimeError, match="changed size while it was being flattened"):
+            fn(tree, is_leaf=is_leaf)
+
+    run(tu.tree_structure)
+    assert deaths == [1]
+    run(tu.tree_flatten)
+    assert deaths == [1, 1]

@@ -41,6 +41,10 @@ PyObject* FlattenLeaves(PyObject* tree, Want want) {
 // The walk, inside the entry point's report scope (aux::ReportAfter).
 PyObject* DoFlatten(PyObject* tree, PyObject* is_leaf, bool takes_path, bool with_path, Want want) {
     TreeDef def;
+    if (want == Want::kStructure && !with_path) {  // the leaves are counted, not kept
+        if (!Flatten(tree, is_leaf, takes_path, &def, nullptr, nullptr)) return nullptr;
+        return WrapTreeDef(std::move(def));
+    }
     ScratchVector leaves_buf;
     std::optional<ScratchVector> paths_buf;  // only taken from the pool when paths are wanted
     RefVector no_paths;

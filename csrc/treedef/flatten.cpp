@@ -1,7 +1,8 @@
 // Flatten: tree -> leaves (+ treedef, + key paths), in one recursive pass.
 //
-// One template serves every entry point; kDef/kPaths switch off what a caller does not need, so
-// tree_leaves builds no treedef and tree_flatten creates no key objects.
+// One template serves every entry point; kDef/kPaths/kLeaves switch off what a caller does not
+// need, so tree_leaves builds no treedef, tree_flatten creates no key objects and tree_structure
+// keeps no leaves.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -36,8 +37,13 @@ std::string KeyStr(const std::vector<PyObject*>& path) {
     return out;
 }
 
-template <bool kDefMode, bool kPathsMode>
+// kLeavesMode false: the leaves are counted, not kept (tree_structure). Collecting them only to
+// release them after the walk cost a reference count update per leaf on the way in and a second,
+// cache-cold pass over every leaf on the way out.
+template <bool kDefMode, bool kPathsMode, bool kLeavesMode = true>
 class Flattener {
+    static_assert(kLeavesMode || (kDefMode && !kPathsMode), "only the structure is walked bare");
+
  public:
     Flattener(PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
               std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths,
@@ -105,7 +111,7 @@ class Flattener {
         size_t leaves;
         size_t nodes;
     };
-    Mark Begin() const { return Mark{leaves_->size(), kDef ? def_->nodes.size() : 0}; }
+    Mark Begin() const { return Mark{LeafCount(), kDef ? def_->nodes.size() : 0}; }
 
     // Appends the node for a container whose children have just been visited (kDef only).
     // `node_data` is stolen.
@@ -122,7 +128,7 @@ class Flattener {
         Node& node = def_->AppendNode();
         node.kind = kind;
         node.arity = static_cast<Count>(arity);
-        node.num_leaves = static_cast<Count>(leaves_->size() - mark.leaves);
+        node.num_leaves = static_cast<Count>(LeafCount() - mark.leaves);
         node.num_nodes = static_cast<Count>(def_->nodes.size() - mark.nodes);  // incl. this one
         if (HasPayload(kind)) {
             node.payload = def_->AddPayload(data.get(), custom);
@@ -154,7 +160,7 @@ class Flattener {
     [[gnu::flatten]] bool AddLeafDict(Items& items, Mark mark) {
         const size_t n = items.size();
         try {
-            ReserveMore(*leaves_, n);
+            if constexpr (kLeavesMode) ReserveMore(*leaves_, n);
             if constexpr (kDef) {
                 ReserveMore(def_->keys, n);
                 ReserveMore(def_->nodes, n + 1);
@@ -165,7 +171,11 @@ class Flattener {
         }
         const size_t keys_begin = kDef ? def_->keys.size() : 0;
         for (Item& item : items) {
-            leaves_->push_back(kGatheredOwned ? item.value : Py_NewRef(item.value));
+            if constexpr (kLeavesMode) {
+                leaves_->push_back(kGatheredOwned ? item.value : Py_NewRef(item.value));
+            } else if constexpr (kGatheredOwned) {
+                Py_DECREF(item.value);  // only counted (the dict holds it too, unless another thread dropped it)
+            }
             item.value = nullptr;
             if constexpr (kDef) {
                 def_->keys.push_back(kGatheredOwned ? item.key : Py_NewRef(item.key));
@@ -175,6 +185,7 @@ class Flattener {
         }
         if constexpr (kGatheredOwned && !kDef) items.Release(0);  // the keys
         items.Forget();
+        if constexpr (!kLeavesMode) num_leaves_ += n;
         if constexpr (kDef) {
             return Finish(kinds::DictKind::kKind, mark, static_cast<Py_ssize_t>(n), nullptr,
                           nullptr, static_cast<Py_ssize_t>(keys_begin));
@@ -225,9 +236,13 @@ class Flattener {
             pair.release();
         }
         // The slot exists before the reference is handed over, so a throwing push_back leaks
-        // nothing.
-        leaves_->push_back(obj.get());
-        obj.HandOver();
+        // nothing. Only counted, a held leaf is released by `obj` when its visit ends.
+        if constexpr (kLeavesMode) {
+            leaves_->push_back(obj.get());
+            obj.HandOver();
+        } else {
+            ++num_leaves_;
+        }
         if constexpr (kDef) def_->AppendLeaf();
         return true;
     }
@@ -282,6 +297,11 @@ class Flattener {
  private:
     PyObject* PathTuple() { return path_.NewTuple(); }
 
+    size_t LeafCount() const {
+        if constexpr (kLeavesMode) return leaves_->size();
+        return num_leaves_;
+    }
+
     // ---- identity-preserving nodes
 
     static constexpr Py_ssize_t kInProgress = -2;
@@ -333,7 +353,8 @@ class Flattener {
     PyObject* is_leaf_;
     bool is_leaf_takes_path_;
     TreeDef* def_;
-    std::vector<PyObject*>* leaves_;
+    std::vector<PyObject*>* leaves_;  // null when !kLeavesMode
+    size_t num_leaves_ = 0;           // the leaves met, when !kLeavesMode
     std::vector<PyObject*>* paths_;
     PyThreadState* const thread_ = PyThreadState_Get();  // for the recursion guards
     PathStack path_;  // key entries from the root to the current node
@@ -354,11 +375,11 @@ class Flattener {
     }
 };
 
-template <bool kDef, bool kPaths>
+template <bool kDef, bool kPaths, bool kLeaves = true>
 bool Run(PyObject* tree, PyObject* is_leaf, bool takes_path, TreeDef* def,
          std::vector<PyObject*>* leaves, std::vector<PyObject*>* paths,
          bool* cycle_wants_path) {
-    Flattener<kDef, kPaths> f(is_leaf, takes_path, def, leaves, paths);
+    Flattener<kDef, kPaths, kLeaves> f(is_leaf, takes_path, def, leaves, paths);
     bool ok = f.Run(tree);
     *cycle_wants_path = f.cycle_wants_path();
     return ok;
@@ -385,8 +406,10 @@ bool FlattenInto(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, Tre
     bool ok;
     bool cycle = false;  // a cycle error that a walk with key paths can describe better
     if (def != nullptr) {
-        ok = paths ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
-                   : Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle);
+        ok = paths    ? Run<true, true>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
+             : leaves ? Run<true, false>(tree, is_leaf, is_leaf_takes_path, def, leaves, paths, &cycle)
+                      : Run<true, false, false>(tree, is_leaf, is_leaf_takes_path, def, nullptr,
+                                                nullptr, &cycle);
         if (ok && (def->nodes.size() > INT32_MAX || def->keys.size() > INT32_MAX)) {
             PyErr_SetString(PyExc_OverflowError, "pytree has more than 2**31 - 1 nodes");
             ok = false;

@@ -33,6 +33,19 @@ PyObject* const* SequenceItems(PyObject* obj, NodeKind* kind) {
     return nullptr;
 }
 
+// The treedef of a tuple or list (`kind`) of `n` leaves: the general walk's nodes exactly.
+TreeDef LeafSequenceDef(NodeKind kind, Py_ssize_t n) {
+    TreeDef def;
+    def.nodes.reserve(static_cast<size_t>(n) + 1);
+    def.nodes.assign(static_cast<size_t>(n), kLeafNode);
+    Node& root = def.AppendNode();
+    root.kind = kind;
+    root.arity = static_cast<Count>(n);
+    root.num_leaves = static_cast<Count>(n);
+    root.num_nodes = static_cast<Count>(n + 1);
+    return def;
+}
+
 // At most this many leaves, tree_map gathers f's results before making the output.
 constexpr Py_ssize_t kSmallMap = 8;
 
@@ -92,9 +105,22 @@ PyObject* MapSmallLeafSequence(PyObject* f, PyObject* tree, NodeKind kind, Py_ss
 
 PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     NodeKind kind;
-    if (SequenceItems(tree, &kind) == nullptr) return nullptr;
+    PyObject* const* first_items = SequenceItems(tree, &kind);
+    if (first_items == nullptr) return nullptr;
     const Py_ssize_t n = SharedSize(tree);
     if (n > INT32_MAX) return nullptr;
+#ifndef Py_GIL_DISABLED
+    if (!want_leaves) {
+        // The structure alone: the items are only classified, with nothing allocated before the
+        // last is (no cyclic GC, so no finalizer, can change a list `tree` meanwhile).
+        PyObject* const* items = first_items;
+        registry::PlainLeafRun plain;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            if (!plain(items[i])) return nullptr;
+        }
+        return WrapTreeDef(LeafSequenceDef(kind, n));
+    }
+#endif
     // The result list first: allocating can run the cyclic GC, whose finalizers may change a
     // list `tree`. The items are read after it, and nothing from there to the end of the copy
     // runs Python code (ClassifyCached never does).
@@ -129,15 +155,7 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     }
 #endif
     if (!want_def) return leaves.release();
-    TreeDef def;
-    def.nodes.reserve(static_cast<size_t>(n) + 1);
-    def.nodes.assign(static_cast<size_t>(n), kLeafNode);
-    Node& root = def.AppendNode();
-    root.kind = kind;
-    root.arity = static_cast<Count>(n);
-    root.num_leaves = static_cast<Count>(n);
-    root.num_nodes = static_cast<Count>(n + 1);
-    Ref treedef(WrapTreeDef(std::move(def)));
+    Ref treedef(WrapTreeDef(LeafSequenceDef(kind, n)));
     if (!treedef) return nullptr;
     if (!want_leaves) return treedef.release();
     PyObject* pair = PyTuple_New(2);

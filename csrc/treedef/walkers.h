@@ -16,8 +16,9 @@ namespace fastree {
 inline constexpr char kFlattenRecursionWhere[] =
     " in flatten; PyTree may have cyclical node references.";
 
-// flatten.cpp. Any of def / paths may be null to skip building them. `leaves` and `paths`
-// receive owned references; on failure they may hold partial output the caller must release.
+// flatten.cpp. Any of def / paths may be null to skip building them, and `leaves` where a def
+// and no paths are built (the structure alone). `leaves` and `paths` receive owned references;
+// on failure they may hold partial output the caller must release.
 // A treedef that outlives the call gets an exactly sized node vector; a ScratchTreeDef (one
 // dropped before the caller returns) is filled in its pooled buffer as it is.
 bool Flatten(PyObject* tree, PyObject* is_leaf, bool is_leaf_takes_path, TreeDef* def,
