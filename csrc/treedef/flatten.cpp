@@ -238,7 +238,7 @@ class Flattener {
         // The slot exists before the reference is handed over, so a throwing push_back leaks
         // nothing. Only counted, a held leaf is released by `obj` when its visit ends.
         if constexpr (kLeavesMode) {
-            leaves_->push_back(obj.get());
+            PushBackInline(*leaves_, obj.get());
             obj.HandOver();
         } else {
             ++num_leaves_;

@@ -123,6 +123,21 @@ inline void ReserveMore(Vec& vec, size_t n) {
     if (vec.capacity() - vec.size() < n) vec.reserve(std::max(vec.size() + n, 2 * vec.capacity()));
 }
 
+// Appends `p` to `vec` with only the append itself inline: growing is a call of its own, after
+// which the compiler knows that the push_back cannot reallocate. (Left to GCC, flatten's leaf
+// append was an out-of-line emplace_back per leaf wherever the walk's frame grew large, as in
+// the walk building a treedef.) May throw std::bad_alloc, before anything is appended.
+template <class T>
+[[gnu::noinline, gnu::cold]] void GrowForOneMore(std::vector<T>& vec) {
+    vec.reserve(std::max<size_t>(8, 2 * vec.capacity()));
+}
+template <class T>
+[[gnu::always_inline]] inline void PushBackInline(std::vector<T>& vec, T p) {
+    if (vec.size() == vec.capacity()) [[unlikely]] GrowForOneMore(vec);
+    if (vec.size() >= vec.capacity()) __builtin_unreachable();
+    vec.push_back(p);
+}
+
 // Appends a new reference to `obj`. The reference is taken once the slot exists, so a
 // push_back that throws (std::bad_alloc) leaves nothing leaked.
 template <class Vec>
