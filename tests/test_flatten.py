@@ -284,6 +284,9 @@ def _structure_cases():
     shared = _Shared(1.0, [2.0, {"w": 3.0}])
     return {
         "flat_list": [1.0] * 20,
+        # Inner lists are read by the walk: their plain leaves are counted without a reference,
+        # a leaf of a type met for the first time (not memoised yet) is visited.
+        "nested_lists": [[1.0, 2.0], [3.0, [4.0, None]], [type("Fresh", (), {})()]],
         "flat_tuple": (1, "a", b"x"),
         "empty": [],
         "leaf_dicts": [{"kernel": np.zeros(2), "bias": 1.0} for _ in range(3)],

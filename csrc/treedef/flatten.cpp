@@ -193,6 +193,25 @@ class Flattener {
         return true;
     }
 
+    static constexpr bool kCountsLeaves = !kLeavesMode;
+    // A list item the walk only counts: with leaves not kept, no is_leaf and no one-level cut, a
+    // plain leaf (its type memoised so: nothing runs) is counted and its leaf node appended here,
+    // with no reference taken. Otherwise false: the item is visited as usual. (A list's reader
+    // takes a reference around each item's visit; counted and released at once, on 3.12+ the
+    // Py_DECREF's 64-bit load of the count cannot be forwarded from the Py_INCREF's 32-bit store
+    // just before it: tree_structure of 1,000 lists of 10 floats read slower than tree_flatten.)
+    [[gnu::always_inline]] bool CountedPlainLeaf(PyObject* item) {
+        if constexpr (kLeavesMode) {
+            return false;
+        } else {
+            if (is_leaf_ != nullptr || one_level_) return false;
+            if (registry::ClassifyCached(item) != &registry::kLeaf) return false;
+            ++num_leaves_;
+            def_->AppendLeaf();
+            return true;
+        }
+    }
+
     // Moves a dict's sorted keys into the treedef (kDef only); returns where they start. The
     // items keep them as borrowed pointers (Items::HandKeysTo): Values makes each one's key
     // entry, or reads its value again, while the treedef holds them.

@@ -62,6 +62,7 @@ class OneNodeReader {
     static constexpr bool kDef = true;  // the node data is read: it is compared
     static constexpr bool kPaths = false;
     static constexpr bool kLeafDicts = false;  // every child is visited (kinds_read.h)
+    static constexpr bool kCountsLeaves = false;
     struct Mark {};
 
     explicit OneNodeReader(PyObject* obj) : obj_(obj) {}

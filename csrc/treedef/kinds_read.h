@@ -17,6 +17,9 @@
 //   Walk::kLeafDicts, w.LeafDictsApply(), w.AddLeafDict(items, mark)
 //                              whether a dict of plain leaves may be taken in one step, and
 //                              taking it (its leaves, keys and nodes)
+//   Walk::kCountsLeaves, w.CountedPlainLeaf(item)
+//                              whether leaves are only counted (tree_structure), and counting a
+//                              list item that is a plain leaf without a reference to it
 //   w.Site()                   where the node is, for aux_data reports
 //   w.AddLeaf(obj)             the leaf kind
 // Every Read holds a RecursionGuard while its children are visited: a tree too deep for the
@@ -354,6 +357,10 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
         // one kPrefetchDistance ahead so the misses overlap (a prefetch never faults).
         if (i + kPrefetchDistance < PyList_GET_SIZE(obj)) {
             PrefetchForWrite(PyList_GET_ITEM(obj, i + kPrefetchDistance));
+        }
+        // A walk that only counts plain leaves needs no reference to one (runs no Python code).
+        if constexpr (Walk::kCountsLeaves) {
+            if (w.CountedPlainLeaf(PyList_GET_ITEM(obj, i))) continue;
         }
         PyObject* item = Py_NewRef(PyList_GET_ITEM(obj, i));
 #endif

@@ -250,6 +250,7 @@ class SinglePassMapper {
     static constexpr bool kDef = true;  // node data is read: the rebuild needs it
     static constexpr bool kPaths = false;
     static constexpr bool kLeafDicts = false;  // every child is visited (kinds_read.h)
+    static constexpr bool kCountsLeaves = false;
 
     struct Mark {
         size_t outputs;
