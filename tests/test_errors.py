@@ -586,6 +586,26 @@ def test_recursion_error_under_default_limit():
                 op(_nest(RAISED_DEPTH))
 
 
+def test_a_dict_refused_at_the_recursion_limit_keeps_every_reference():
+    # A dict's pairs are gathered (borrowed, on GIL builds) before its level is counted: a dict
+    # refused there must drop them as gathered, not release references it never took (that
+    # freed the pairs under the dict and crashed a later walk, tests/test_limits.py). Each dict
+    # is held ten times more here, so such a release shows in the counts instead of freeing one.
+    key, value = "refused-level-key", object()
+    chain = [{key: value, "child": None}]
+    for _ in range(2000):
+        chain.append({key: value, "child": None})
+        chain[-2]["child"] = chain[-1]
+    held = chain * 10  # noqa: F841 (the extra references)
+    before = [sys.getrefcount(d) for d in chain] + [sys.getrefcount(value)]
+    with recursion_headroom(300):
+        for op in (tu.tree_flatten, tu.tree_leaves, tu.tree_structure,
+                   lambda t: tu.tree_map(lambda x: x, t), tu.tree_flatten_with_path):
+            with pytest.raises(RecursionError):
+                op(chain[0])
+    assert [sys.getrefcount(d) for d in chain] + [sys.getrefcount(value)] == before
+
+
 _DEEP_TREEDEF_UNDER_LOWER_LIMIT = """
 import sys
 import fastree.tree_util as tu

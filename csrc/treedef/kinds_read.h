@@ -380,8 +380,6 @@ bool ListKind::Read(Walk& w, PyObject* obj, const Registration*) {
 
 template <class Walk>
 [[gnu::noinline]] bool DictKind::Read(Walk& w, PyObject* obj, const Registration*) {
-    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
-    if (!guard.ok()) return false;
     const auto mark = w.Begin();
     fastree::Items items;
     const uint64_t epoch = UserCodeEpoch();  // before a Python key sort can move it
@@ -400,6 +398,15 @@ template <class Walk>
         if (sorted && w.LeafDictsApply() && read::AllPlainLeaves(items)) {
             return w.AddLeafDict(items, mark);
         }
+    }
+    // A level of the walk from here, whose values are visited (a dict of leaves taken in one
+    // step above visits nothing, as a leaf is not a level: 14 instructions of each such dict).
+    // Refused, the gathered pairs are dropped as gathered (borrowed on GIL builds: the items'
+    // own release would take references the walk never had).
+    RecursionGuard guard(w.Thread(), kFlattenRecursionWhere);
+    if (!guard.ok()) {
+        DropGathered(items);
+        return false;
     }
     // Anything else: owned pairs, read one by one below.
     if (!OwnGatheredItems(obj, items, sorted, /*wrap_error=*/true, /*read_again=*/false)) {
