@@ -90,6 +90,8 @@ PyObject* FlattenWalk(const char* name, PyObject* const* args, Py_ssize_t nargs,
     return DoFlatten(a[0], is_leaf, false, false, kWant);
 }
 
+// The walk in its report scope, in a function of its own: inlined, the scope's frame would cost
+// the fast path before it its own (six saved registers, callgrind).
 template <Want kWant>
 [[gnu::noinline]] PyObject* ScopedFlattenWalk(const char* name, PyObject* const* args,
                                               Py_ssize_t nargs, PyObject* kwnames) {
@@ -103,8 +105,6 @@ template <Want kWant>
 // running before the call returns: f's own calls into fastree (tree_map) make their reports
 // when they end, as calls made outside any walk do. The scope's thread-local lookup and its
 // bookkeeping were 55 of the 693 instructions of tree_map on a 3-tuple (callgrind, 3.13).
-// The walk in its own function, not inlined: the scope's frame would cost the fast path its
-// own (six saved registers, callgrind).
 template <Want kWant>
 PyObject* FlattenEntry(const char* name, PyObject* const* args, Py_ssize_t nargs,
                        PyObject* kwnames) {

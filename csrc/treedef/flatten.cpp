@@ -174,7 +174,9 @@ class Flattener {
             if constexpr (kLeavesMode) {
                 leaves_->push_back(kGatheredOwned ? item.value : Py_NewRef(item.value));
             } else if constexpr (kGatheredOwned) {
-                Py_DECREF(item.value);  // only counted (the dict holds it too, unless another thread dropped it)
+                // Only counted. The dict holds it too, unless another thread dropped it: the
+                // release may then run a finalizer, which can reach nothing of this walk's.
+                Py_DECREF(item.value);
             }
             item.value = nullptr;
             if constexpr (kDef) {

@@ -133,7 +133,7 @@ template <class T>
 }
 template <class T>
 [[gnu::always_inline]] inline void PushBackInline(std::vector<T>& vec, T p) {
-    if (vec.size() == vec.capacity()) [[unlikely]] GrowForOneMore(vec);
+    if (vec.size() == vec.capacity()) GrowForOneMore(vec);  // cold: the branch is laid out so
     if (vec.size() >= vec.capacity()) __builtin_unreachable();
     vec.push_back(p);
 }
