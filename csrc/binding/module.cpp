@@ -24,20 +24,18 @@ namespace py = pybind11;
 namespace fastree {
 namespace {
 
-// Casts for PyMethodDef: fast-call signatures are stored as PyCFunction.
-// (Each is also wrapped in Guard, see pyutils.h, and makes its aux_data reports after its walk,
-// see aux::ReportScope.)
-template <auto F>
-PyCFunction Fn() {
-    return reinterpret_cast<PyCFunction>(
-        reinterpret_cast<void (*)(void)>(Guard<aux::ReportAfter<F>>));
-}
-
-// The same for an entry point that opens its report scope itself, after a fast path that can
-// find no report (entry_points.cpp, FlattenEntry).
+// Casts for PyMethodDef: fast-call signatures are stored as PyCFunction, each wrapped in Guard
+// (see pyutils.h). FnOwnScope: an entry point that opens its aux-report scope itself, after a
+// fast path that can find no report (entry_points.cpp, FlattenEntry).
 template <auto F>
 PyCFunction FnOwnScope() {
     return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Guard<F>));
+}
+
+// Any other: it makes its aux_data reports after its walk (aux::ReportScope).
+template <auto F>
+PyCFunction Fn() {
+    return FnOwnScope<aux::ReportAfter<F>>();
 }
 
 constexpr int kFastKw = METH_FASTCALL | METH_KEYWORDS;

@@ -208,9 +208,7 @@ class Flattener {
         } else {
             if (is_leaf_ != nullptr || one_level_) return false;
             if (registry::ClassifyCached(item) != &registry::kLeaf) return false;
-            ++num_leaves_;
-            def_->AppendLeaf();
-            return true;
+            return AddLeaf(item);  // borrowed: counted, its leaf node appended
         }
     }
 

@@ -113,10 +113,9 @@ PyObject* FlattenLeafSequence(PyObject* tree, bool want_leaves, bool want_def) {
     if (!want_leaves) {
         // The structure alone: the items are only classified, with nothing allocated before the
         // last is (no cyclic GC, so no finalizer, can change a list `tree` meanwhile).
-        PyObject* const* items = first_items;
         registry::PlainLeafRun plain;
         for (Py_ssize_t i = 0; i < n; ++i) {
-            if (!plain(items[i])) return nullptr;
+            if (!plain(first_items[i])) return nullptr;
         }
         return WrapTreeDef(LeafSequenceDef(kind, n));
     }

@@ -129,7 +129,7 @@ inline void ReserveMore(Vec& vec, size_t n) {
 // the walk building a treedef.) May throw std::bad_alloc, before anything is appended.
 template <class T>
 [[gnu::noinline, gnu::cold]] void GrowForOneMore(std::vector<T>& vec) {
-    vec.reserve(std::max<size_t>(8, 2 * vec.capacity()));
+    ReserveMore(vec, 1);
 }
 template <class T>
 [[gnu::always_inline]] inline void PushBackInline(std::vector<T>& vec, T p) {
