@@ -27,10 +27,12 @@ needs_matplotlib = pytest.mark.skipif(
 )
 
 
-def on_stack(python: str, jax: str, ratio: float = 3.0) -> RunResult:
+def on_stack(python: str, jax: str, ratio: float = 3.0, libpython: str | None = None) -> RunResult:
     ratios = {(tree, op, "jax"): ratio for tree in ("tuple3", "mlp") for op in ("flatten", "copy")}
     run = synthetic_result(ratios=ratios)
     run.environment.update(python=python, jax=jax, flax="0.12.8")
+    if libpython is not None:
+        run.environment["libpython"] = libpython
     run.libraries["jax"] = jax
     return run
 
@@ -101,6 +103,36 @@ def test_a_stack_run_is_refused_when_it_cannot_stand_for_its_stack(tmp_path: Pat
     (entry,) = stacks.read_entries(published / "stacks.json")
     assert entry["runs"] == 2 and entry["python"] == "3.11.7" and entry["flax"] == "0.12.8"
     assert entry["means"]["flatten"]["value"] == pytest.approx(2.5)
+
+
+@needs_matplotlib
+def test_one_python_linked_two_ways_is_two_stacks(tmp_path: Path) -> None:
+    """How libpython is linked moves the ratios (environment.libpython_linkage): a run of the
+    published Python with the other linkage gets a row of its own, named by its linkage, and a run
+    with the published run's own linkage is still refused. Runs that recorded none keep their
+    old names."""
+    path = readme(tmp_path)
+    published = tmp_path / "published"
+    publish(on_stack("3.13.0", "0.12.0.1", libpython="shared"), destination=published, readme=path)
+    summary = " ".join((readme_blocks.read_block(path.read_text(), "summary") or "").split())
+    assert "Python 3.13.0 (libpython shared), jax 0.12.0.1, flax 0.12.8" in summary
+    with pytest.raises(NotPublishable, match="published run's own stack"):
+        publish_stacks(
+            [on_stack("3.13.0", "0.12.0.1", libpython="shared")], destination=published, readme=None
+        )
+    publish_stacks(
+        [on_stack("3.13.0", "0.12.0.1", 3.3, "static"), on_stack("3.11.7", "0.10.2", 2.5)],
+        destination=published,
+        readme=path,
+    )
+    block = readme_blocks.read_block(path.read_text(), "stacks") or ""
+    rows = [line for line in block.splitlines() if line.startswith("| ")][1:]
+    assert rows[0].startswith("| **published**: Python 3.13.0 (libpython shared), jax 0.12.0.1")
+    assert rows[1].startswith("| Python 3.13.0 (libpython static), jax 0.12.0.1, flax 0.12.8")
+    assert "3.30×" in rows[1]
+    assert rows[2].startswith("| Python 3.11.7, jax 0.10.2, flax 0.12.8")
+    kept = {stacks.stack_key(item) for item in stacks.read_entries(published / "stacks.json")}
+    assert kept == {"Python 3.13.0 (libpython static), jax 0.12.0.1", "Python 3.11.7, jax 0.10.2"}
 
 
 def test_without_machine_paths() -> None:

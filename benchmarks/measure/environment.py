@@ -114,6 +114,30 @@ def without_machine_paths(text: str) -> str:
     return MACHINE_PATH.sub(relative, text)
 
 
+LIBPYTHON = re.compile(r"/libpython3\.\d+t?\.so(?:\.[\d.]+)?$")
+"""A CPython shared library in a line of ``/proc/self/maps``: ``.../libpython3.13.so.1.0``."""
+
+
+def libpython_linkage(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """How this interpreter reaches libpython: ``"shared"`` when the process has a libpython
+    shared object mapped (pyenv's ``--enable-shared`` builds: the ``python`` executable loads
+    ``libpython3.x.so``), ``"static"`` when none is (libpython linked into the executable, as in
+    Debian's and Ubuntu's own builds), None where the process's mappings cannot be read (not
+    Linux).
+
+    From Python 3.12 CPython keeps the current thread state in a thread-local variable. Inside a
+    shared libpython every read of it is a ``__tls_get_addr`` call, and calls between its own
+    exported functions go through the PLT; linked into the executable, both are plain
+    instructions. C extensions that make many objects (fastree, jaxlib) spend most of their time
+    inside libpython, so the same Python version gives other ratios to jax.tree_util on the two
+    linkages (docs/performance-history.md, "How libpython is linked")."""
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:
+        return None
+    return "shared" if any(LIBPYTHON.search(line) for line in lines) else "static"
+
+
 def package_version(name: str) -> str | None:
     """The installed distribution's version, or None where it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
@@ -148,6 +172,7 @@ def describe(device: str, versions: dict[str, str], memory_method: str | None) -
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
+        "libpython": libpython_linkage(),
         # The stack the figures come from (the README's first screen names it): JAX and flax
         # whether or not this run imported them (flax only loads for the nnx cells and workloads).
         "jax": package_version("jax"),

@@ -37,11 +37,17 @@ class Stack:
     python: str
     jax: str
     flax: str | None
+    libpython: str | None = None
+    """``shared`` or ``static``: how the interpreter reaches libpython (environment.py's
+    libpython_linkage; None for runs that did not record it). The same Python version gives other
+    ratios on the two, so they are two stacks."""
 
     @property
     def key(self) -> str:
-        """``Python 3.11.7, jax 0.10.2``: what tells two stacks apart in the table."""
-        return f"Python {self.python}, jax {self.jax}"
+        """``Python 3.11.7, jax 0.10.2`` or ``Python 3.13.0 (libpython static), jax 0.12.0.1``:
+        what tells two stacks apart in the table."""
+        linkage = f" (libpython {self.libpython})" if self.libpython else ""
+        return f"Python {self.python}{linkage}, jax {self.jax}"
 
     def describe(self) -> str:
         """``Python 3.13.0, jax 0.12.0.1, flax 0.12.12`` (flax left out where unknown)."""
@@ -56,7 +62,7 @@ def stack_of(result: RunResult) -> Stack:
     flax = env.get("flax") or _flax_from_text(
         " ".join(filter(None, [result.libraries.get("nnx"), env.get("workload_libraries")]))
     )
-    return Stack(str(env.get("python", "?")), str(jax), flax)
+    return Stack(str(env.get("python", "?")), str(jax), flax, env.get("libpython"))
 
 
 def _flax_from_text(text: str) -> str | None:
@@ -76,6 +82,7 @@ def entry(result: RunResult) -> dict[str, Any]:
         "python": stack.python,
         "jax": stack.jax,
         "flax": stack.flax,
+        "libpython": stack.libpython,
         "mode": result.settings.get("mode"),
         "date": result.environment.get("date"),
         "runs": result.pooled_runs,
@@ -112,8 +119,12 @@ def merged(entries: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
     return out
 
 
+def stack_of_entry(item: dict[str, Any]) -> Stack:
+    return Stack(item["python"], item["jax"], item.get("flax"), item.get("libpython"))
+
+
 def stack_key(item: dict[str, Any]) -> str:
-    return Stack(item["python"], item["jax"], item.get("flax")).key
+    return stack_of_entry(item).key
 
 
 def stack_lines(published: RunResult, entries: list[dict[str, Any]]) -> list[str]:
@@ -141,7 +152,7 @@ def stack_lines(published: RunResult, entries: list[dict[str, Any]]) -> list[str
 
 
 def _stack_cell(item: dict[str, Any], home: bool) -> str:
-    stack = Stack(item["python"], item["jax"], item.get("flax"))
+    stack = stack_of_entry(item)
     runs = item.get("runs") or 1
     made = f"{item.get('mode', '?')}, {str(item.get('date', '?'))[:10]}" + (
         f", {runs} runs" if runs > 1 else ""
