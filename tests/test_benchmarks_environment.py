@@ -78,5 +78,6 @@ def test_libpython_linkage_of_this_interpreter_is_what_its_executable_needs() ->
     ldd = shutil.which("ldd")
     if ldd is None:
         pytest.skip("no ldd to read the executable's dependencies with")
-    needed = subprocess.run([ldd, sys.executable], capture_output=True, text=True, check=True)
+    # No check: ldd fails on an executable with no dynamic section, which needs no libpython.
+    needed = subprocess.run([ldd, sys.executable], capture_output=True, text=True)
     assert found == ("shared" if "libpython3" in needed.stdout else "static"), needed.stdout
