@@ -441,3 +441,65 @@ def test_aux_report_names_the_key_path_from_the_root():
     messages = [str(w.message) for w in caught if issubclass(w.category, fastree.AuxDataWarning)]
     assert len(messages) == 1
     assert "key path ['outer'][1]['inner']" in messages[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# registrations made while the walk runs: JAX reads the whole tree before f first runs
+
+
+def _new_box_class():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    return Box
+
+
+def _calls_when_f_registers_the_leaf_type(lib):
+    Box = _new_box_class()
+    tree = {"a": Box(1), "b": [Box(2), {"c": Box(3)}], "d": (Box(4),)}
+    calls = []
+
+    def f(x):
+        calls.append(("box", x.v) if isinstance(x, Box) else x)
+        if len(calls) == 1:
+            lib.register_pytree_node(Box, lambda b: ((b.v,), None), lambda _, c: Box(c[0]))
+        return x
+
+    out = lib.tree_map(f, tree)
+    return calls, out, tree
+
+
+def test_a_leaf_type_f_registers_stays_a_leaf_for_the_rest_of_the_walk():
+    jax_calls, _, _ = _calls_when_f_registers_the_leaf_type(jtu)
+    calls, out, tree = _calls_when_f_registers_the_leaf_type(tu)
+    assert jax_calls == [("box", 1), ("box", 2), ("box", 3), ("box", 4)]  # read before f ran
+    assert calls == jax_calls
+    assert out["b"][0] is tree["b"][0] and out["d"][0] is tree["d"][0]
+
+
+def _calls_when_a_flatten_function_registers_the_leaf_type(lib):
+    Box = _new_box_class()
+
+    class Registers:
+        pass
+
+    def flatten_registers(node):
+        lib.register_pytree_node(Box, lambda b: ((b.v,), None), lambda _, c: Box(c[0]))
+        return (), None
+
+    lib.register_pytree_node(Registers, flatten_registers, lambda _, c: Registers())
+    calls = []
+
+    def f(x):
+        calls.append(("box", x.v) if isinstance(x, Box) else x)
+        return x
+
+    lib.tree_map(f, {"a": Box(1), "b": Registers(), "c": [Box(2), Box(3)]})
+    return calls
+
+
+def test_a_leaf_type_a_flatten_function_registers_is_a_node_after_it_as_in_jax():
+    jax_calls = _calls_when_a_flatten_function_registers_the_leaf_type(jtu)
+    assert jax_calls == [("box", 1), 2, 3]  # the Boxes after the registration are nodes
+    assert _calls_when_a_flatten_function_registers_the_leaf_type(tu) == jax_calls

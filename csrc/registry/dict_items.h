@@ -159,9 +159,10 @@ inline constexpr bool kGatheredOwned = false;
 #endif
 
 // Empties `items` after a failure between the gathering and OwnGatheredItems: releases the
-// pairs where the gathering owned them, else only forgets them.
+// pairs where the gathering owned them (`kOwned`), else only forgets them.
+template <bool kOwned = kGatheredOwned>
 inline void DropGathered(Items& items) {
-    if constexpr (kGatheredOwned) {
+    if constexpr (kOwned) {
         items.Release(0);
     } else {
         items.Forget();
@@ -169,9 +170,11 @@ inline void DropGathered(Items& items) {
 }
 
 // A dict's (key, value) pairs, in sorted-key order where the keys sort in C (str or int keys:
-// SortTotalOrderKeys); otherwise in the dict's order, for the caller to sort in Python. Borrowed
-// under the GIL, owned on a free-threaded build (kGatheredOwned). False, with an error set and
-// `items` left empty, if the gathering failed.
+// SortTotalOrderKeys); otherwise in the dict's order, for the caller to sort in Python. Owned
+// where `kOwned` says so: by default borrowed under the GIL and owned on a free-threaded build
+// (kGatheredOwned); GatherDictItems asks for owned pairs on every build, taken in the same loop
+// that reads them (a second loop over the pairs cost a tenth of tree_map's own work per dict).
+// False, with an error set and `items` left empty, if the gathering failed.
 //
 // Borrowed: PyDict_Next, the C comparisons of SortTotalOrderKeys and C++ allocation run no
 // Python code (C++ allocation cannot start the cyclic GC). The caller owns or drops the pairs
@@ -184,6 +187,7 @@ inline void DropGathered(Items& items) {
 // braces. The buffer is sized inside the section too (C++ allocation blocks on no Python lock);
 // what it throws (std::bad_alloc) is caught there and rethrown after the section ends, which an
 // exception leaving the block would skip. The sort runs after the section: on owned pairs there.
+template <bool kOwned = kGatheredOwned>
 inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
     bool no_memory = false;
     bool complete = true;
@@ -202,7 +206,7 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
         size_t count = 0;
         while (count < n && PyDict_Next(dict, &pos, &key, &value)) {
             PrefetchForWrite(value);
-            if constexpr (kGatheredOwned) {
+            if constexpr (kOwned) {
                 Py_INCREF(key);
                 Py_INCREF(value);
             }
@@ -212,9 +216,10 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
         }
         complete = count == n;
         if (!complete) {  // cannot happen; never sort or release unset entries
-            if constexpr (kGatheredOwned) {
+            if constexpr (kOwned) {
                 for (size_t i = 0; i < count; ++i) {
-                    // Kept alive by the dict, which is locked: these DECREFs free nothing.
+                    // Kept alive by the dict (locked, or under the GIL with no Python code
+                    // run since they were read): these DECREFs free nothing.
                     Py_DECREF(first[i].key);
                     Py_DECREF(first[i].value);
                 }
@@ -232,7 +237,7 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
         auto key_of = [](const Item& item) { return item.key; };
         *sorted = items.size() < 2 || SortTotalOrderKeys(items.begin(), items.end(), key_of);
     } catch (...) {
-        DropGathered(items);
+        DropGathered<kOwned>(items);
         throw;
     }
     return true;
@@ -262,8 +267,12 @@ inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wra
 inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
                             bool read_again = true) {
     bool sorted;
-    return GatherItems(dict, items, &sorted) &&
-           OwnGatheredItems(dict, items, sorted, wrap_error, read_again);
+    if (!GatherItems</*kOwned=*/true>(dict, items, &sorted)) return false;
+    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
 }
 
 // An OrderedDict's items in its own iteration order (it can differ from the underlying dict's):

@@ -144,6 +144,8 @@ class Flattener {
     // (DictKind::Read, kinds_read.h) to take a dict of plain leaves in one step.
     static constexpr bool kLeafDicts = !kPaths;
     bool LeafDictsApply() const { return is_leaf_ == nullptr && !one_level_; }
+    // The walk's plain leaf type, for the dicts' check that every value is one.
+    registry::KnownPlainLeafType& PlainLeafType() { return plain_leaf_type_; }
 
     // A dict whose gathered values, in sorted-key order, are all plain leaves: appends them as
     // leaves and empties `items`; building a treedef, also the dict's keys, a leaf node per value
@@ -376,6 +378,7 @@ class Flattener {
     size_t num_leaves_ = 0;           // the leaves met, when !kLeavesMode
     std::vector<PyObject*>* paths_;
     PyThreadState* const thread_ = PyThreadState_Get();  // for the recursion guards
+    registry::KnownPlainLeafType plain_leaf_type_;  // PlainLeafType()
     PathStack path_;  // key entries from the root to the current node
     // Key entries past the index cache live as long as some key-path walk does (keys.h).
     struct NoScope {};

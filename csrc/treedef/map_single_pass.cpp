@@ -30,6 +30,10 @@
 //    where JAX runs them from the top. Up to Python 3.11 their frames count against the same
 //    recursion limit, so a tree nested to within a level or two of sys.getrecursionlimit() can
 //    raise RecursionError here where JAX's tree_map would not.
+//  - What f registers while the walk runs: JAX has read the whole tree before f first runs, so
+//    a type f registers is a node only in later walks. A leaf type already met in this walk
+//    stays a leaf here (registry::KnownPlainLeafType); a type first met after the
+//    registration is read as registered.
 //  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
 //    later occurrence gets that output, as the treedef's shared references do on the general path.
 #include <memory>
@@ -75,9 +79,14 @@ class SinglePassMapper {
     // A new reference to the mapped `obj`, or null with a flatten error set. Once f has failed
     // (failed()), the result is a placeholder: the walk only looks for flatten errors.
     [[gnu::always_inline]] PyObject* Visit(PyObject* obj) {
-        const Registration* reg = registry::Classify(obj);
-        if (reg->IsLeaf()) return registry::CheckLeaf(reg, obj) ? CallF(obj) : nullptr;
-        return VisitNode(obj, reg);
+        const uint64_t epoch = UserCodeEpoch();
+        if (!leaf_type_.Holds(obj, epoch)) {
+            const Registration* reg = registry::Classify(obj);
+            if (!reg->IsLeaf()) return VisitNode(obj, reg);
+            if (!registry::CheckLeaf(reg, obj)) return nullptr;
+            leaf_type_.Remember(obj, reg, epoch);
+        }
+        return CallF(obj);  // one call site: inlined into every loop over children
     }
 
     bool failed() const { return !f_error_.empty(); }
@@ -201,19 +210,20 @@ class SinglePassMapper {
         const uint64_t epoch = UserCodeEpoch();
         if (!GatherDictItems(obj, items, /*wrap_error=*/true, /*read_again=*/false)) return nullptr;
         const size_t n = items.size();
+        Item* const pairs = items.begin();  // `items` is ours alone and never resized below
         for (size_t i = 0; i < n; ++i) {
-            if (UserCodeEpoch() != epoch && !ReadValueAgain(obj, items[i])) {
+            if (UserCodeEpoch() != epoch && !ReadValueAgain(obj, pairs[i])) {
                 ReleaseItems(items, 0);
                 return nullptr;
             }
             // Sibling dicts follow one another in parameter trees: overlap the next one's miss.
-            if (i + 1 < n) PrefetchDictEntries(items[i + 1].value);
-            PyObject* mapped = Visit(items[i].value);
+            if (i + 1 < n) PrefetchDictEntries(pairs[i + 1].value);
+            PyObject* mapped = Visit(pairs[i].value);
             if (mapped == nullptr) {
                 ReleaseItems(items, 0);
                 return nullptr;
             }
-            Py_SETREF(items[i].value, mapped);
+            Py_SETREF(pairs[i].value, mapped);
         }
         if (!kinds::read::DictSizeKept(obj, n, epoch) || failed()) {
             ReleaseItems(items, 0);
@@ -223,11 +233,31 @@ class SinglePassMapper {
         // on the one failing path: this runs for every dict of the tree, and a Ref live across
         // the insertions added unwinding code to the per-node visit (nothing here throws).
         PyObject* out = _PyDict_NewPresized(static_cast<Py_ssize_t>(n));
-        for (size_t i = 0; out != nullptr && i < n; ++i) {
-            if (PyDict_SetItem(out, items[i].key, items[i].value) < 0) Py_CLEAR(out);
+        if (out == nullptr) {
+            ReleaseItems(items, 0);
+            return nullptr;
         }
-        ReleaseItems(items, 0);
+        for (size_t i = 0; i < n; ++i) {
+            if (PyDict_SetItem(out, pairs[i].key, pairs[i].value) < 0) {
+                DropKeys(pairs, i);      // the inserted pairs' (their values are out's)
+                ReleaseItems(items, i);  // the rest; `pairs` is not read after this
+                Py_DECREF(out);
+                return nullptr;
+            }
+            // `out` holds the mapped value now, so this drop frees nothing and runs no Python
+            // code while `out` is incomplete. (A key may not be held: a key whose __eq__ changed
+            // can meet an equal one in `out`. The keys are dropped once `out` is complete.)
+            Py_DECREF(pairs[i].value);
+        }
+        DropKeys(pairs, n);
+        items.Forget();  // every pair handed on or dropped
         return out;
+    }
+
+    // Drops the first `n` pairs' keys (their values handed on already). Inline, one loop per
+    // dict: the pairs' general release (Items::Release) was a call per dict and a branch per key.
+    static void DropKeys(const Item* pairs, size_t n) {
+        for (size_t i = 0; i < n; ++i) Py_DECREF(pairs[i].key);
     }
 
     // Any other kind: read by flatten's own code (kinds::Read, with this mapper as the walk:
@@ -362,6 +392,9 @@ class SinglePassMapper {
 
     PyObject* f_;     // borrowed
     PyObject* root_;  // borrowed: the tree being mapped
+    // The type of the leaves f was last called on: a parameter tree's leaves are mostly of one
+    // type.
+    registry::KnownPlainLeafType leaf_type_;
     PyThreadState* const thread_ = PyThreadState_Get();  // for the recursion guards
     // f's exception, held while the walk looks for a flatten error that would win over it; Run
     // makes it current again.
