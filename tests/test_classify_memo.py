@@ -1,8 +1,9 @@
-"""Classification of objects by type, through the core's per-type memo and its direct-mapped cache.
+"""Classification of objects by type, through the core's per-type memo and its two-way cache.
 
-The cache holds one answer per slot for many types at once, so each test here makes a cached
-answer go stale in some way (a type registered later, a type that dies and whose address is
-reused, slots shared by many types) and checks that no stale answer is ever used.
+The cache holds answers for many types at once, two per set of slots, so each test here makes a
+cached answer go stale in some way (a type registered later, a type that dies and whose address
+is reused, sets shared by many types, nodes and leaves alike) and checks that no stale answer is
+ever used.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def test_reassigned_class_is_classified_by_its_current_type():
     assert ftu.tree_leaves([obj]) == [obj]
 
 
-@pytest.mark.parametrize("n_types", [1, 16, 17, 64])
+@pytest.mark.parametrize("n_types", [1, 16, 17, 64, 65, 200])
 def test_structure_is_stable_across_repeated_flattens_of_many_types(n_types):
     leaf_types = _make_leaf_types(n_types)
     tree = {f"k{i}": [cls(), (cls(),)] for i, cls in enumerate(leaf_types)}
@@ -92,3 +93,33 @@ def test_structure_is_stable_across_repeated_flattens_of_many_types(n_types):
     for _ in range(3):
         assert ftu.tree_structure(tree) == first
     assert first.num_leaves == 2 * n_types
+
+
+def test_node_and_leaf_types_sharing_sets_keep_their_own_answers():
+    # 150 node types and 150 leaf types over 32 sets of two slots: every set is shared by
+    # several of each, in every order of memoising and evicting. Each node holds a leaf of the
+    # next leaf type, so each visit changes type twice.
+    leaf_types = _make_leaf_types(150)
+    node_types = []
+    for i in range(150):
+        node_type = type(f"Nodey{i}", (), {})
+        ftu.register_pytree_node(
+            node_type,
+            lambda o: ((o.child,), None),
+            lambda _, c, node_type=node_type: _with_child(node_type(), c[0]),
+        )
+        node_types.append(node_type)
+    nodes = [_with_child(node_type(), leaf_types[i]()) for i, node_type in enumerate(node_types)]
+    tree = [nodes, nodes[::-1], nodes[::7]]
+    want = [n.child for n in nodes] + [n.child for n in nodes[::-1]] + [n.child for n in nodes[::7]]
+    for _ in range(3):
+        assert ftu.tree_leaves(tree) == want
+        assert jtu.tree_leaves(tree) == want
+        assert ftu.tree_structure(tree).num_nodes == 4 + 2 * len(want)  # 4 lists
+        mapped = ftu.tree_map(lambda x: type(x).__name__, tree)
+        assert ftu.tree_leaves(mapped) == [type(x).__name__ for x in want]
+
+
+def _with_child(node, child):
+    node.child = child
+    return node

@@ -39,7 +39,7 @@
 // is a constant address and `state::Keys().dict.cache` is one load, as the globals it replaced
 // were (a PyModule_GetState call per leaf or per key would be measurable). The per-leaf checks
 // in headers owned by the walkers read three mirrors that are plain globals, defined with the
-// state in module_state.cpp and owning nothing: registry::g_memo (Classify's direct-mapped
+// state in module_state.cpp and owning nothing: registry::g_memo (Classify's two-way
 // cache), registry::g_jax_registry (a borrowed copy of registry.jax_registry, written only by
 // RegistryState::SetJaxRegistry) and g_PyTreeDef_Type (IsTreeDef; a borrowed copy of the
 // permanent treedef.type).

@@ -324,7 +324,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
         if (it != s.memo.end()) reg = it->second.reg;
     }
     if (reg != nullptr) {
-        MemoSlot(t) = NewMemo(t, reg, jax_size, generation);
+        StoreMemo(NewMemo(t, reg, jax_size, generation));
         return reg;
     }
     // Resolve can run Python code (JAX's registry lookup, the jaxlib adopter), which may
@@ -335,7 +335,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
     Ref weakref = WatchType(t);
     if (!weakref) {
         // Not weakly referenceable: answer without memoising (rare; e.g. exotic metaclasses).
-        MemoSlot(t) = Memo{};  // (a previous type of the same address may be there)
+        ForgetMemo(t);  // (a previous type of the same address may be there)
         return reg;
     }
     bool memoised = false;
@@ -360,7 +360,7 @@ const Registration* ClassifySlow(PyTypeObject* t) {
             memoised = true;
         }
     }
-    if (memoised) MemoSlot(t) = NewMemo(t, reg, jax_size, generation);
+    if (memoised) StoreMemo(NewMemo(t, reg, jax_size, generation));
     return reg;
 }
 

@@ -87,18 +87,15 @@ extern const Registration kIterableLeaf;
 // (getattr can run Python code).
 const Registration* ClassifyTupleSubclass(PyObject* obj);
 
-// A small direct-mapped memo in front of the per-type table, one slot per type hash. Trees mix
-// few types (arrays under dicts, a handful of module classes over arrays); with a one-entry
+// A small memo in front of the per-type table: sets of two slots, one set per type hash. Trees
+// mix few types (arrays under dicts, a handful of module classes over arrays); with a one-entry
 // memo, every change of type went to the hash table (a tree of custom nodes over arrays: at
-// every node and every leaf after one, 5% of its tree_map).
+// every node and every leaf after one, 5% of its tree_map). Two slots per set, because where
+// two types a tree alternates between share a set, a single slot sends each of them to the
+// table in turn: with 16 one-slot sets, the 4 types of the benchmark's `custom-nodes` tree
+// shared one in a third of processes (addresses differ from run to run), and tree_leaves on it
+// then read up to 20% slower than in a process where they did not.
 //
-// On free-threaded builds the slots are per thread (util/thread_state.h): a slot is three words,
-// and a reader sharing it with a writer could match `type` and take another entry's `reg`. A
-// thread cannot empty other threads' slots, so there each slot also carries the generation it
-// was written in, and emptying them all is moving g_memo_generation on (a registration, JAX's
-// registry growing, a memoised type's death: its address may be reused by a new type). The
-// generation is read before the answer is looked up, so a slot written from an answer that a
-// drop in between made stale is stale from the start.
 struct Memo {
     PyTypeObject* type = nullptr;
     const Registration* reg = nullptr;
@@ -107,8 +104,11 @@ struct Memo {
     uint64_t generation = 0;  // g_memo_generation before the answer was looked up
 #endif
 };
-inline constexpr size_t kMemoSlots = 16;
-// binding/module_state.cpp; owns nothing; the calling thread's on free-threaded builds
+inline constexpr size_t kMemoWays = 2;
+inline constexpr size_t kMemoSets = 32;
+inline constexpr size_t kMemoSlots = kMemoSets * kMemoWays;
+// binding/module_state.cpp; owns nothing; the calling thread's on free-threaded builds. Set i
+// is slots 2i and 2i + 1; the first holds the type memoised last.
 extern FASTREE_PER_THREAD Memo g_memo[kMemoSlots];
 #ifdef Py_GIL_DISABLED
 extern std::atomic<uint64_t> g_memo_generation;  // binding/module_state.cpp; starts at 1
@@ -139,12 +139,36 @@ inline Memo NewMemo(PyTypeObject* type, const Registration* reg, Py_ssize_t jax_
 #endif
     return memo;
 }
-inline Memo& MemoSlot(PyTypeObject* t) {
+// The set where `t`'s answer may be: its two slots.
+inline Memo* MemoSet(PyTypeObject* t) {
     // Fibonacci hashing: type objects are allocated with a common stride, so their low address
-    // bits alone would crowd a few slots.
-    return g_memo[(reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 60];
+    // bits alone would crowd a few sets.
+    return &g_memo[((reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 59) * kMemoWays];
 }
-static_assert(kMemoSlots == 16, "MemoSlot keeps the top 4 bits of the hash");
+static_assert(kMemoSets == 32, "MemoSet keeps the top 5 bits of the hash");
+// The slot that holds an answer for `t` (current or not), or null. The way is picked without a
+// branch: this is inlined into every walk's visit of an object.
+[[gnu::always_inline]] inline const Memo* FindMemo(PyTypeObject* t) {
+    const Memo* set = MemoSet(t);
+    const Memo* slot = &set[set[0].type != t];
+    return slot->type == t ? slot : nullptr;
+}
+// Writes `memo` into its type's set, in the first slot; the type that was there moves to the
+// second, whose own is dropped (unless the first already held this type). The set never holds
+// one type twice.
+inline void StoreMemo(const Memo& memo) {
+    Memo* set = MemoSet(memo.type);
+    if (set[0].type != memo.type) set[1] = set[0];
+    set[0] = memo;
+}
+// Empties the slot that holds `t`, if any (its answer can no longer be trusted, or a new type
+// now has its address).
+inline void ForgetMemo(PyTypeObject* t) {
+    Memo* set = MemoSet(t);
+    for (size_t way = 0; way < kMemoWays; ++way) {
+        if (set[way].type == t) set[way] = Memo{};
+    }
+}
 // Empties every slot (whenever the per-type table is dropped): every thread's, on free-threaded
 // builds, by moving the generation on.
 inline void ClearMemoSlots() {
@@ -160,7 +184,7 @@ inline void ForgetMemoSlot([[maybe_unused]] PyTypeObject* dead) {
 #ifdef Py_GIL_DISABLED
     ClearMemoSlots();
 #else
-    if (MemoSlot(dead).type == dead) MemoSlot(dead) = Memo{};
+    ForgetMemo(dead);
 #endif
 }
 // Borrowed from the bridge's owned copy: JAX's `_registry` dict, read per leaf without a lock.
@@ -186,9 +210,11 @@ const Registration* ClassifySlow(PyTypeObject* type);
     if (t == &PyList_Type) return &kList;
     if (t == &PyDict_Type) return &kDict;
     if (obj == Py_None) return &kNone;
-    const Memo& memo = MemoSlot(t);
-    if (t != memo.type || memo.jax_size != JaxRegistrySize() || !MemoCurrent(memo)) return nullptr;
-    return memo.reg == &kTupleSubclass ? nullptr : memo.reg;
+    const Memo* memo = FindMemo(t);
+    if (memo == nullptr || memo->jax_size != JaxRegistrySize() || !MemoCurrent(*memo)) {
+        return nullptr;
+    }
+    return memo->reg == &kTupleSubclass ? nullptr : memo->reg;
 }
 
 // ClassifyCached's "a plain leaf" asked of a run of objects (a sequence's items, a dict's values)

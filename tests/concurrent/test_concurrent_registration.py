@@ -1,7 +1,7 @@
 """Registrations on many threads while the others flatten.
 
 Each registration drops the per-type memo (csrc/registry/registry.h: the table and the
-direct-mapped slots read on every leaf), so walks on other threads keep going back to the slow
+two-way slots read on every leaf), so walks on other threads keep going back to the slow
 classification while new records are added. Every thread registers classes of its own
 (register_pytree_node, register_dataclass, register_pytree_with_keys) and uses each at once;
 between registrations it flattens the shared trees, whose answers must not change.
