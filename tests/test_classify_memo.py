@@ -123,3 +123,25 @@ def test_node_and_leaf_types_sharing_sets_keep_their_own_answers():
 def _with_child(node, child):
     node.child = child
     return node
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+def test_all_leaves_sees_a_registration_made_by_a_type_lookup_mid_run(container):
+    # all_leaves asks once per run of one leaf type. A type's first lookup hashes it, which runs
+    # a metaclass's __hash__: here it registers the run's type as a node, so the run must end.
+    Plain = type("Plain", (), {})
+    assert ftu.all_leaves([Plain(), Plain()])  # Plain's answer memoised: a plain leaf
+
+    class RegisteringMeta(type):
+        def __hash__(cls):
+            if not registered:
+                registered.append(cls)
+                ftu.register_pytree_node(Plain, lambda o: ((1,), None), lambda _, c: Plain())
+            return id(cls) >> 4
+
+    registered = []
+    Fresh = RegisteringMeta("Fresh", (), {})
+    items = container([Plain(), Plain(), Fresh(), Plain()])
+    assert not ftu.all_leaves(items)
+    assert registered == [Fresh]
+    assert ftu.all_leaves(container([Fresh(), Fresh()]))

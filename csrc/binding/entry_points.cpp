@@ -213,9 +213,16 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
     // first lookup can run Python code that changes the list: the item is held for it, and the
     // loop reads the list's size afresh each time, as the list's iterator would. A tuple's items
     // live as long as the tuple, which the caller holds.
+    // Items of the type just found a plain leaf are not looked up again (PlainLeafRun: a run of
+    // arrays or floats, the usual argument, costs a type comparison per item). A lookup that may
+    // have run Python code ends the run.
+    registry::PlainLeafRun plain;
     if (PyTuple_CheckExact(iterable)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(iterable); ++i) {
-            if (!registry::Classify(PyTuple_GET_ITEM(iterable, i))->IsLeaf()) Py_RETURN_FALSE;
+            PyObject* item = PyTuple_GET_ITEM(iterable, i);
+            if (plain(item)) continue;
+            if (!registry::Classify(item)->IsLeaf()) Py_RETURN_FALSE;
+            plain = registry::PlainLeafRun();
         }
         Py_RETURN_TRUE;
     }
@@ -223,10 +230,12 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
         for (Py_ssize_t i = 0;; ++i) {
 #ifndef Py_GIL_DISABLED  // another thread may replace the item: free-threaded, always hold it
             if (i >= PyList_GET_SIZE(iterable)) Py_RETURN_TRUE;
+            if (plain(PyList_GET_ITEM(iterable, i))) continue;
             if (const Registration* reg = registry::ClassifyCached(PyList_GET_ITEM(iterable, i))) {
                 if (!reg->IsLeaf()) Py_RETURN_FALSE;
                 continue;
             }
+            plain = registry::PlainLeafRun();
 #endif
             Ref item(ListItemRef(iterable, i));
             if (!item) Py_RETURN_TRUE;

@@ -146,12 +146,14 @@ inline Memo* MemoSet(PyTypeObject* t) {
     return &g_memo[((reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 59) * kMemoWays];
 }
 static_assert(kMemoSets == 32, "MemoSet keeps the top 5 bits of the hash");
-// The slot that holds an answer for `t` (current or not), or null. The way is picked without a
-// branch: this is inlined into every walk's visit of an object.
+// The slot that holds an answer for `t` (current or not), or null. The first slot is tried
+// alone first: picking the way without a branch made every hit two dependent loads, and
+// all_leaves on 100,000 floats read 12% slower.
 [[gnu::always_inline]] inline const Memo* FindMemo(PyTypeObject* t) {
     const Memo* set = MemoSet(t);
-    const Memo* slot = &set[set[0].type != t];
-    return slot->type == t ? slot : nullptr;
+    if (set[0].type == t) return &set[0];
+    if (set[1].type == t) return &set[1];
+    return nullptr;
 }
 // Writes `memo` into its type's set, in the first slot; the type that was there moves to the
 // second, whose own is dropped (unless the first already held this type). The set never holds
