@@ -92,10 +92,17 @@ const Registration* ClassifyTupleSubclass(PyObject* obj);
 // memo, every change of type went to the hash table (a tree of custom nodes over arrays: at
 // every node and every leaf after one, 5% of its tree_map). Two slots per set, because where
 // two types a tree alternates between share a set, a single slot sends each of them to the
-// table in turn: with 16 one-slot sets, the 4 types of the benchmark's `custom-nodes` tree
-// shared one in a third of processes (addresses differ from run to run), and tree_leaves on it
-// then read up to 20% slower than in a process where they did not.
+// table in turn: with 16 one-slot sets, two of the 4 types of the benchmark's `custom-nodes`
+// tree share one in a third of processes (addresses differ from run to run; 2 of 8 in a trial),
+// and tree_leaves on it then read up to 20% slower than in a process where they did not.
 //
+// On free-threaded builds the slots are per thread (util/thread_state.h): a slot is three words,
+// and a reader sharing it with a writer could match `type` and take another entry's `reg`. A
+// thread cannot empty other threads' slots, so there each slot also carries the generation it
+// was written in, and emptying them all is moving g_memo_generation on (a registration, JAX's
+// registry growing, a memoised type's death: its address may be reused by a new type). The
+// generation is read before the answer is looked up, so a slot written from an answer that a
+// drop in between made stale is stale from the start.
 struct Memo {
     PyTypeObject* type = nullptr;
     const Registration* reg = nullptr;
