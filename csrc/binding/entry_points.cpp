@@ -220,9 +220,12 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
     if (PyTuple_CheckExact(iterable)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(iterable); ++i) {
             PyObject* item = PyTuple_GET_ITEM(iterable, i);
-            if (plain(item)) continue;
-            if (!registry::Classify(item)->IsLeaf()) Py_RETURN_FALSE;
-            plain = registry::PlainLeafRun();
+            const Registration* reg = plain.Cached(item);
+            if (reg == nullptr) {
+                reg = registry::ClassifyUncached(item);
+                plain = registry::PlainLeafRun();
+            }
+            if (!reg->IsLeaf()) Py_RETURN_FALSE;
         }
         Py_RETURN_TRUE;
     }
@@ -230,8 +233,7 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
         for (Py_ssize_t i = 0;; ++i) {
 #ifndef Py_GIL_DISABLED  // another thread may replace the item: free-threaded, always hold it
             if (i >= PyList_GET_SIZE(iterable)) Py_RETURN_TRUE;
-            if (plain(PyList_GET_ITEM(iterable, i))) continue;
-            if (const Registration* reg = registry::ClassifyCached(PyList_GET_ITEM(iterable, i))) {
+            if (const Registration* reg = plain.Cached(PyList_GET_ITEM(iterable, i))) {
                 if (!reg->IsLeaf()) Py_RETURN_FALSE;
                 continue;
             }

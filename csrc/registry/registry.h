@@ -153,6 +153,7 @@ inline Memo* MemoSet(PyTypeObject* t) {
     return &g_memo[((reinterpret_cast<uintptr_t>(t) * 0x9E3779B97F4A7C15u) >> 59) * kMemoWays];
 }
 static_assert(kMemoSets == 32, "MemoSet keeps the top 5 bits of the hash");
+static_assert(kMemoWays == 2, "FindMemo and StoreMemo are written for two slots a set");
 // The slot that holds an answer for `t` (current or not), or null. The first slot is tried
 // alone first: picking the way without a branch made every hit two dependent loads, and
 // all_leaves on 100,000 floats read 12% slower.
@@ -233,64 +234,33 @@ const Registration* ClassifySlow(PyTypeObject* type);
 // tree_map, the two lookups saved were about 55 of fastree's own 450 instructions (callgrind).
 class PlainLeafRun {
  public:
-    [[gnu::always_inline]] bool operator()(PyObject* obj) {
+    [[gnu::always_inline]] bool operator()(PyObject* obj) { return Cached(obj) == &kLeaf; }
+    // ClassifyCached's answer for `obj`, or null: for callers that also want a cached "not a
+    // plain leaf" (all_leaves stops at the first node without looking it up twice).
+    [[gnu::always_inline]] const Registration* Cached(PyObject* obj) {
         PyTypeObject* t = Py_TYPE(obj);
-        if (t == last_) return true;
-        if (ClassifyCached(obj) != &kLeaf) return false;
-        last_ = t;
-        return true;
+        if (t == last_) return &kLeaf;
+        const Registration* reg = ClassifyCached(obj);
+        if (reg == &kLeaf) last_ = t;
+        return reg;
     }
 
  private:
     PyTypeObject* last_ = nullptr;  // the last type found a plain leaf
 };
 
-// A plain leaf type remembered for a whole walk, where PlainLeafRun's answer cannot be kept:
-// between two questions the walk may run Python code. Code that JAX runs only after flattening
-// (tree_map's f: nothing it registers changes how JAX reads the rest of that tree) is not asked
-// about. Two things can still change the answer for the same type pointer, and both are checked
-// on each question:
-//  - code that JAX also runs mid-flatten (a custom node's flatten function, is_leaf, a Python
-//    key sort) can register the type: the caller passes its walk's UserCodeEpoch, and an answer
-//    from another epoch is not used;
-//  - the type can die and a new type be made at its address: its version tag must be the one
-//    it had (CPython hands out each tag once; PyType_Modified zeroes it, and a type without one
-//    is not remembered).
-// tree_map: on transformer48 the memo lookups it saves were 25 instructions a leaf, about 2% of
-// the call; tree_leaves and tree_flatten: one lookup per dict of leaves (callgrind, 3.13).
-class KnownPlainLeafType {
- public:
-    [[gnu::always_inline]] bool Holds(PyObject* obj, uint64_t epoch) const {
-        PyTypeObject* t = Py_TYPE(obj);
-        return t == type_ && epoch == epoch_ && VersionTag(t) == tag_;
-    }
-    // `reg`: what Classify answered for `obj` in `epoch`.
-    [[gnu::always_inline]] void Remember(PyObject* obj, const Registration* reg, uint64_t epoch) {
-        if (reg != &kLeaf) return;  // a node, or a leaf JAX warns about (kIterableLeaf) each time
-        PyTypeObject* t = Py_TYPE(obj);
-        const unsigned int tag = VersionTag(t);
-        if (tag == 0) return;
-        type_ = t;
-        tag_ = tag;
-        epoch_ = epoch;
-    }
-
- private:
-    // Relaxed: on free-threaded builds another thread may assign or clear the tag meanwhile.
-    static unsigned int VersionTag(PyTypeObject* t) {
-        return __atomic_load_n(&t->tp_version_tag, __ATOMIC_RELAXED);
-    }
-    PyTypeObject* type_ = nullptr;  // borrowed: its tag, not a reference, tells if it is the same
-    unsigned int tag_ = 0;
-    uint64_t epoch_ = 0;
-};
+// Classify's answer where ClassifyCached had none: the per-type table, and a tuple subclass's
+// look at the object. Can run Python code (a metaclass's __hash__ or __eq__).
+inline const Registration* ClassifyUncached(PyObject* obj) {
+    const Registration* reg = ClassifySlow(Py_TYPE(obj));
+    return reg == &kTupleSubclass ? ClassifyTupleSubclass(obj) : reg;
+}
 
 // The registration that applies to `obj`. Never fails, never returns null. Forced inline: it
 // runs once per leaf, and as a call it was a fifth of flattening a list of floats.
 [[gnu::always_inline]] inline const Registration* Classify(PyObject* obj) {
     if (const Registration* reg = ClassifyCached(obj)) return reg;
-    const Registration* reg = ClassifySlow(Py_TYPE(obj));
-    return reg == &kTupleSubclass ? ClassifyTupleSubclass(obj) : reg;
+    return ClassifyUncached(obj);
 }
 
 inline const Registration* ClassifyType(PyTypeObject* t) {

@@ -202,4 +202,51 @@ extern FASTREE_PER_THREAD uint64_t g_user_code_epoch;  // binding/module_state.c
 inline void NoteUserCode() { ++state::g_user_code_epoch; }
 inline uint64_t UserCodeEpoch() { return state::g_user_code_epoch; }
 
+namespace registry {
+
+// A plain leaf type remembered for a whole walk, where PlainLeafRun's answer cannot be kept:
+// between two questions the walk may run Python code. Code that JAX runs only after flattening
+// (tree_map's f: nothing it registers changes how JAX reads the rest of that tree) is not asked
+// about. Two things can still change the answer for the same type pointer, and both are checked
+// on each question:
+//  - code that JAX also runs mid-flatten (a custom node's flatten function, is_leaf, a Python
+//    key sort) can register the type: an answer from another UserCodeEpoch is not used;
+//  - the type can die and a new type be made at its address: its version tag must be the one
+//    it had (CPython hands out each tag once; PyType_Modified zeroes it, and a type without one
+//    is not remembered).
+// tree_map: on transformer48 the memo lookups it saves were 25 instructions a leaf, about 2% of
+// the call; tree_leaves and tree_flatten: one lookup per dict of leaves (callgrind, 3.13).
+class KnownPlainLeafType {
+ public:
+    // The epoch is read last: on free-threaded builds it is a thread-local, which code in a
+    // shared object reads through a __tls_get_addr call; an object of another type (every node
+    // tree_map visits) is answered without it.
+    [[gnu::always_inline]] bool Holds(PyObject* obj) const {
+        PyTypeObject* t = Py_TYPE(obj);
+        return t == type_ && VersionTag(t) == tag_ && UserCodeEpoch() == epoch_;
+    }
+    // `reg`: what Classify answered for `obj`; `epoch`: the UserCodeEpoch read before it asked
+    // (a lookup that ran Python code must not leave its answer remembered as current).
+    [[gnu::always_inline]] void Remember(PyObject* obj, const Registration* reg, uint64_t epoch) {
+        if (reg != &kLeaf) return;  // a node, or a leaf JAX warns about (kIterableLeaf) each time
+        PyTypeObject* t = Py_TYPE(obj);
+        const unsigned int tag = VersionTag(t);
+        if (tag == 0) return;
+        type_ = t;
+        tag_ = tag;
+        epoch_ = epoch;
+    }
+
+ private:
+    // Relaxed: on free-threaded builds another thread may assign or clear the tag meanwhile.
+    static unsigned int VersionTag(PyTypeObject* t) {
+        return __atomic_load_n(&t->tp_version_tag, __ATOMIC_RELAXED);
+    }
+    PyTypeObject* type_ = nullptr;  // borrowed: its tag, not a reference, tells if it is the same
+    unsigned int tag_ = 0;
+    uint64_t epoch_ = 0;
+};
+
+}  // namespace registry
+
 }  // namespace fastree

@@ -109,12 +109,11 @@ bool Values(Walk& w, fastree::Items& items, PyObject* dict = nullptr, uint64_t e
 // of one type: a memo lookup per dict was a sixth of tree_leaves' own work on transformer48).
 [[gnu::always_inline]] inline bool AllPlainLeaves(fastree::Items& items,
                                               registry::KnownPlainLeafType& known) {
-    const uint64_t epoch = UserCodeEpoch();
     for (const Item& item : items) {
-        if (known.Holds(item.value, epoch)) continue;
-        const Registration* reg = registry::ClassifyCached(item.value);
+        if (known.Holds(item.value)) continue;
+        const Registration* reg = registry::ClassifyCached(item.value);  // runs no Python code
         if (reg != &registry::kLeaf) return false;
-        known.Remember(item.value, reg, epoch);
+        known.Remember(item.value, reg, UserCodeEpoch());
     }
     return true;
 }

@@ -79,8 +79,8 @@ class SinglePassMapper {
     // A new reference to the mapped `obj`, or null with a flatten error set. Once f has failed
     // (failed()), the result is a placeholder: the walk only looks for flatten errors.
     [[gnu::always_inline]] PyObject* Visit(PyObject* obj) {
-        const uint64_t epoch = UserCodeEpoch();
-        if (!leaf_type_.Holds(obj, epoch)) {
+        if (!leaf_type_.Holds(obj)) {
+            const uint64_t epoch = UserCodeEpoch();
             const Registration* reg = registry::Classify(obj);
             if (!reg->IsLeaf()) return VisitNode(obj, reg);
             if (!registry::CheckLeaf(reg, obj)) return nullptr;
