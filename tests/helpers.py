@@ -590,6 +590,33 @@ def assert_trees_equal(got: Any, expected: Any, *, identical_leaves: bool = Fals
         assert_leaves_equal(gl, el)
 
 
+# Every walk of the API, as `walk(lib, tree, is_leaf=None)` for `lib` fastree.tree_util or JAX's
+# own: each result compares with == between the two (a treedef as its str, paths as keystr). The
+# tests of walks that meet changing input (a dict changed, a type registered mid-walk) pick theirs.
+TREE_WALKS = {
+    "leaves": lambda lib, t, il=None: lib.tree_leaves(t, is_leaf=il),
+    "flatten": lambda lib, t, il=None: lib.tree_flatten(t, is_leaf=il)[0],
+    "structure": lambda lib, t, il=None: str(lib.tree_structure(t, is_leaf=il)),
+    "with_path": lambda lib, t, il=None: [
+        (lib.keystr(p), x) for p, x in lib.tree_flatten_with_path(t, is_leaf=il)[0]
+    ],
+    "leaves_with_path": lambda lib, t, il=None: [
+        (lib.keystr(p), x) for p, x in lib.tree_leaves_with_path(t, is_leaf=il)
+    ],
+    "map": lambda lib, t, il=None: lib.tree_map(lambda x: ("m", x), t, is_leaf=il),
+    "map_with_path": lambda lib, t, il=None: lib.tree_map_with_path(
+        lambda p, x: ("m", x), t, is_leaf=il
+    ),
+    "all": lambda lib, t, il=None: lib.tree_all(t, is_leaf=il),
+    "reduce": lambda lib, t, il=None: lib.tree_reduce(lambda a, b: (a, b), t, is_leaf=il),
+}
+
+
+def tree_walks(*names: str) -> dict[str, Any]:
+    """The named entries of TREE_WALKS."""
+    return {name: TREE_WALKS[name] for name in names}
+
+
 def assert_same_treedef(ftd: Any, jtd: Any) -> None:
     """A fastree treedef and a JAX treedef describe the same structure (converted both ways)."""
     assert isinstance(ftd, fastree.PyTreeDef)

@@ -13,26 +13,11 @@ from typing import Any
 
 import fastree.tree_util as tu
 import pytest
+from helpers import TREE_WALKS
 from fastree.jax_interop.compat import JAX_REJECTS_A_DICT_GROWN_MID_WALK
 from fastree.jax_interop.compat import tree_util as jax_tu
 
-WALKERS = {
-    "leaves": lambda lib, t, il: lib.tree_leaves(t, is_leaf=il),
-    "flatten": lambda lib, t, il: lib.tree_flatten(t, is_leaf=il)[0],
-    "structure": lambda lib, t, il: str(lib.tree_structure(t, is_leaf=il)),
-    "with_path": lambda lib, t, il: [
-        (lib.keystr(p), x) for p, x in lib.tree_flatten_with_path(t, is_leaf=il)[0]
-    ],
-    "leaves_with_path": lambda lib, t, il: [
-        (lib.keystr(p), x) for p, x in lib.tree_leaves_with_path(t, is_leaf=il)
-    ],
-    "map": lambda lib, t, il: lib.tree_map(lambda x: ("m", x), t, is_leaf=il),
-    "map_with_path": lambda lib, t, il: lib.tree_map_with_path(
-        lambda p, x: ("m", x), t, is_leaf=il
-    ),
-    "all": lambda lib, t, il: lib.tree_all(t, is_leaf=il),
-    "reduce": lambda lib, t, il: lib.tree_reduce(lambda a, b: (a, b), t, is_leaf=il),
-}
+WALKERS = TREE_WALKS
 
 # Each takes the dict and the key maker of the run (str keys, or ints).
 MUTATIONS = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fastree.tree_util as tu
 from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
+from helpers import TREE_WALKS, tree_walks
 
 
 def _outcome(call):
@@ -28,14 +29,9 @@ def _outcome(call):
 
 
 WALKERS = {
-    "leaves": lambda lib, t: lib.tree_leaves(t),
-    "flatten": lambda lib, t: lib.tree_flatten(t)[0],
-    "structure": lambda lib, t: str(lib.tree_structure(t)),
-    "leaves_is_leaf": lambda lib, t: lib.tree_leaves(t, is_leaf=lambda x: False),
-    "with_path": lambda lib, t: [(lib.keystr(p), x) for p, x in lib.tree_flatten_with_path(t)[0]],
-    "map": lambda lib, t: lib.tree_map(lambda x: ("m", x), t),
-    "map_is_leaf": lambda lib, t: lib.tree_map(lambda x: ("m", x), t, is_leaf=lambda x: False),
-    "map_with_path": lambda lib, t: lib.tree_map_with_path(lambda p, x: ("m", x), t),
+    **tree_walks("leaves", "flatten", "structure", "with_path", "map", "map_with_path"),
+    "leaves_is_leaf": lambda lib, t: TREE_WALKS["leaves"](lib, t, lambda x: False),
+    "map_is_leaf": lambda lib, t: TREE_WALKS["map"](lib, t, lambda x: False),
 }
 
 # Changes to the enclosing list that jaxlib reads safely (no shrinking below the walk).

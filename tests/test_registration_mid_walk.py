@@ -2,7 +2,7 @@
 
 A custom node's flatten function may register a type. JAX's flatten looks each object's type up
 when it reaches it, so an object of that type met later in the same walk is a node. fastree's
-walks remember the plain leaf type they last met (registry::KnownPlainLeafType, registry.h) and
+walks remember the plain leaf type they last met (registry::KnownPlainLeafType, registry_state.h) and
 must forget it then. Each case compares every walker with jax.tree_util, after the leaf type has
 already been seen as a leaf by an earlier walk (so that fastree's per-type memo holds it).
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 import fastree.tree_util as tu
 from fastree.jax_interop.compat import tree_util as jtu  # JAX's own, installed or not
 import pytest
+from helpers import tree_walks
 
 WALKERS = {
-    "leaves": lambda lib, t: lib.tree_leaves(t),
-    "flatten": lambda lib, t: lib.tree_flatten(t)[0],
-    "structure": lambda lib, t: lib.tree_structure(t).num_leaves,
+    **tree_walks("leaves", "flatten", "structure", "with_path"),
+    # the mapped tree holds new Box and Registers objects: compared by its leaves
     "map": lambda lib, t: lib.tree_leaves(lib.tree_map(lambda x: ("m", x), t)),
-    "with_path": lambda lib, t: [(lib.keystr(p), x) for p, x in lib.tree_flatten_with_path(t)[0]],
 }
 
 
