@@ -220,6 +220,7 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
     if (PyTuple_CheckExact(iterable)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(iterable); ++i) {
             PyObject* item = PyTuple_GET_ITEM(iterable, i);
+            if (plain.InRun(item)) continue;
             const Registration* reg = plain.Cached(item);
             if (reg == nullptr) {
                 reg = registry::ClassifyUncached(item);
@@ -233,6 +234,7 @@ PyObject* AllLeaves(PyObject*, PyObject* iterable) {
         for (Py_ssize_t i = 0;; ++i) {
 #ifndef Py_GIL_DISABLED  // another thread may replace the item: free-threaded, always hold it
             if (i >= PyList_GET_SIZE(iterable)) Py_RETURN_TRUE;
+            if (plain.InRun(PyList_GET_ITEM(iterable, i))) continue;
             if (const Registration* reg = plain.Cached(PyList_GET_ITEM(iterable, i))) {
                 if (!reg->IsLeaf()) Py_RETURN_FALSE;
                 continue;
