@@ -899,6 +899,93 @@ def test_fastree_jit_explain_logs_the_retrace(caplog):
 
 
 # ------------------------------------------------------------------------------------------------
+# the table of entered objects: each thread's walks reuse one, sized by the walk before
+
+
+def _chain_with_a_repeat(n):
+    """n distinct Mods in a list, then the first one again: one repeat, found last."""
+    mods = [Mod(Leaf(f"a{i}"), Leaf(f"b{i}")) for i in range(n)]
+    return [*mods, mods[0]], mods
+
+
+@pytest.mark.parametrize("sizes", [(3000, 2, 3000), (2, 3000, 2), (1, 1, 40_000, 1)])
+def test_sharing_is_found_whatever_the_walk_before(sizes):
+    # A walk starts with a table sized for the previous one: a big table after a big walk, a
+    # small one that must grow after a small walk.
+    for n in sizes:
+        tree, mods = _chain_with_a_repeat(n)
+        leaves, treedef = tu.tree_flatten(tree)
+        assert len(leaves) == 2 * n
+        rebuilt = treedef.unflatten(leaves)
+        assert rebuilt[0] is rebuilt[-1] and rebuilt[0] is not mods[0]
+        assert len({id(m) for m in rebuilt}) == n
+        mapped = tu.tree_map(lambda x: x, tree)
+        assert mapped[0] is mapped[-1] and len({id(m) for m in mapped}) == n
+
+
+def test_a_walk_inside_a_flatten_function_keeps_its_own_table():
+    inner_tree, inner_mods = _chain_with_a_repeat(500)
+    inner_counts = []
+
+    class Outer:
+        def __init__(self, kids):
+            self.kids = kids
+
+    def flatten_outer(node):
+        # A whole identity-preserving walk, bigger than the outer one, mid-walk.
+        leaves, treedef = tu.tree_flatten(inner_tree)
+        rebuilt = treedef.unflatten(leaves)
+        inner_counts.append((len(leaves), len({id(m) for m in rebuilt}), rebuilt[0] is rebuilt[-1]))
+        return tuple(node.kids), None
+
+    tu.register_pytree_node(
+        Outer, flatten_outer, lambda _, kids: Outer(list(kids)), preserve_identity=True
+    )
+    shared = Mod(Leaf("s"), Leaf("t"))
+    tree = [Outer([shared, Mod(Leaf("u"), Leaf("v"))]), shared, Outer([shared])]
+    leaves, treedef = tu.tree_flatten(tree)
+    assert inner_counts == [(1000, 500, True)] * 2
+    assert len(leaves) == 4  # s, t, u, v: the shared Mod once
+    rebuilt = treedef.unflatten(leaves)
+    assert rebuilt[1] is rebuilt[0].kids[0] is rebuilt[2].kids[0]
+    mapped = tu.tree_map(lambda x: x, tree)
+    assert mapped[1] is mapped[0].kids[0] is mapped[2].kids[0]
+
+
+def test_a_cycle_after_the_table_grew_names_both_paths():
+    tree, _ = _chain_with_a_repeat(300)
+    tu.tree_flatten([Mod(1, 2)])  # the next walk starts with a small table, and grows it
+    loop = Node([Leaf("x")])
+    loop.kids.append(loop)
+    with pytest.raises(ValueError, match=re.escape(CYCLE)) as info:
+        tu.tree_flatten([tree, loop])
+    assert "at key path [1] contains itself (again at key path [1][<flat index 1>])" in str(
+        info.value
+    )
+    with pytest.raises(ValueError, match=re.escape("Reference cycle")):
+        tu.tree_map(lambda x: x, [tree, loop])
+
+
+def test_entered_objects_are_released_when_a_walk_fails():
+    class Boom:
+        pass
+
+    def refuse(_):
+        raise RuntimeError("boom")
+
+    tu.register_pytree_node(Boom, refuse, lambda *_: Boom(), preserve_identity=True)
+    tree, mods = _chain_with_a_repeat(200)
+    before = [sys.getrefcount(m) for m in mods]
+    for walk in (tu.tree_flatten, tu.tree_leaves, tu.tree_structure, tu.tree_flatten_with_path):
+        with pytest.raises(RuntimeError, match="boom"):
+            walk([tree, Boom()])
+    with pytest.raises(RuntimeError, match="boom"):
+        tu.tree_map(lambda x: x, [tree, Boom()])
+    gc.collect()
+    assert [sys.getrefcount(m) for m in mods] == before
+
+
+# ------------------------------------------------------------------------------------------------
 # refcounts
 
 

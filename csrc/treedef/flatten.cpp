@@ -5,6 +5,7 @@
 // keeps no leaves.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -13,10 +14,10 @@
 #include "diagnostics/aux_check.h"
 #include "registry/dict_items.h"
 #include "registry/keys.h"
+#include "treedef/identity_seen.h"
 #include "treedef/kinds_read.h"
 #include "registry/registry_state.h"
 #include "util/path_stack.h"
-#include "util/pointer_map.h"
 #include "util/pyutils.h"
 #include "util/scratch.h"
 #include "treedef/treedef.h"
@@ -54,10 +55,6 @@ class Flattener {
           def_(def),
           leaves_(leaves),
           paths_(paths) {}
-
-    ~Flattener() {
-        if (seen_) seen_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
-    }
 
     // `report_root`: the whole tree, when `root` is only part of it (aux-data reports locate
     // the offending node from there).
@@ -325,25 +322,24 @@ class Flattener {
 
     // ---- identity-preserving nodes
 
-    static constexpr Py_ssize_t kInProgress = -2;
-
     // The first occurrence of an identity-preserving object is flattened as usual; later ones
     // become kSharedRef nodes (and contribute no leaves).
     bool VisitShared(PyObject* obj, const Registration* reg) {
-        if (!seen_) seen_ = std::make_unique<PointerMap>();
-        bool inserted;
-        PointerMap::Slot* slot = seen_->FindOrInsert(obj, kInProgress, &inserted);
-        if (!inserted) {
-            const Py_ssize_t first = slot->value;
-            if (first == kInProgress) return RaiseCycle(obj);
-            if constexpr (kDef) def_->AppendSharedRef(first);
-            return true;
+        if (!seen_) seen_.emplace();
+        size_t entry;
+        Py_ssize_t first = 0;
+        switch (seen_->Enter(obj, &entry, &first)) {
+            case IdentitySeen::Met::kInProgress:
+                return RaiseCycle(obj);
+            case IdentitySeen::Met::kBefore:
+                if constexpr (kDef) def_->AppendSharedRef(first);
+                return true;
+            case IdentitySeen::Met::kFirst:
+                break;
         }
-        Py_INCREF(obj);  // owned by the map from here on
         if constexpr (kPaths) EntryDepth()[obj] = path_.size();
-        bool ok = kinds::Read(*this, obj, reg);
-        if (!ok) return false;
-        seen_->Find(obj)->value = kDef ? def_->num_nodes() - 1 : 0;  // re-find: may have grown
+        if (!kinds::Read(*this, obj, reg)) return false;
+        seen_->Finish(entry, kDef ? def_->num_nodes() - 1 : 0);
         return true;
     }
 
@@ -383,10 +379,9 @@ class Flattener {
     // Key entries past the index cache live as long as some key-path walk does (keys.h).
     struct NoScope {};
     std::conditional_t<kPaths, keys::WalkScope, NoScope> key_scope_;
-    // Identity-preserving objects met so far -> index of their node (kInProgress while their
-    // subtree is being visited). Owns a reference to each object, so a temporary freed during
-    // this flatten cannot hand its address to a new object. Allocated on first use only.
-    std::unique_ptr<PointerMap> seen_;
+    // Identity-preserving objects met so far, each with the index of its node. Made on first
+    // use only: a flatten with no such node never takes a table.
+    std::optional<IdentitySeen> seen_;
     // kPaths only: depth of path_ at which each identity-preserving object was entered, so a
     // cycle error can name both the object's key path and where it reappears.
     // Allocated on first use, like seen_: a flatten with no such node never pays for a map.

@@ -37,11 +37,12 @@
 //  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
 //    later occurrence gets that output, as the treedef's shared references do on the general path.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "diagnostics/aux_check.h"
 #include "registry/dict_items.h"
-#include "util/pointer_map.h"
+#include "treedef/identity_seen.h"
 #include "treedef/kinds_read.h"
 #include "registry/registry_state.h"
 #include "util/pyutils.h"
@@ -57,11 +58,7 @@ class SinglePassMapper {
     SinglePassMapper(PyObject* f, PyObject* root) : f_(f), root_(root) {}
 
     ~SinglePassMapper() {
-        // The identity map owns each object it holds and the output built for it.
-        if (identity_) {
-            identity_->ForEach([](PyObject* obj, Py_ssize_t) { Py_DECREF(obj); });
-        }
-        DecrefAll(identity_outputs_);
+        DecrefAll(identity_outputs_);  // identity_ releases its objects itself
     }
 
     PyObject* Run() {
@@ -360,17 +357,20 @@ class SinglePassMapper {
 
     // Identity-preserving nodes: mapped once; every later occurrence gets that same output.
     PyObject* VisitShared(PyObject* obj, const Registration* reg) {
-        if (!identity_) identity_ = std::make_unique<PointerMap>();
-        bool inserted;
-        PointerMap::Slot* slot = identity_->FindOrInsert(obj, kInProgress, &inserted);
-        if (!inserted) {
-            if (slot->value == kInProgress) return RaiseCycle();
-            return Py_NewRef(identity_outputs_[static_cast<size_t>(slot->value)]);
+        if (!identity_) identity_.emplace();
+        size_t entry;
+        Py_ssize_t output = 0;
+        switch (identity_->Enter(obj, &entry, &output)) {
+            case IdentitySeen::Met::kInProgress:
+                return RaiseCycle();
+            case IdentitySeen::Met::kBefore:
+                return Py_NewRef(identity_outputs_[static_cast<size_t>(output)]);
+            case IdentitySeen::Met::kFirst:
+                break;
         }
-        Py_INCREF(obj);  // owned by the map from here on
         PyObject* out = MapByReading(obj, reg);
         if (out == nullptr) return nullptr;
-        identity_->Find(obj)->value = static_cast<Py_ssize_t>(identity_outputs_.size());
+        identity_->Finish(entry, static_cast<Py_ssize_t>(identity_outputs_.size()));
         PushNewRef(identity_outputs_, out);
         return out;
     }
@@ -388,8 +388,6 @@ class SinglePassMapper {
         return nullptr;
     }
 
-    static constexpr Py_ssize_t kInProgress = -2;
-
     PyObject* f_;     // borrowed
     PyObject* root_;  // borrowed: the tree being mapped
     // The type of the leaves f was last called on: a parameter tree's leaves are mostly of one
@@ -399,9 +397,9 @@ class SinglePassMapper {
     // f's exception, held while the walk looks for a flatten error that would win over it; Run
     // makes it current again.
     SavedError f_error_;
-    // Identity-preserving objects met so far -> index in identity_outputs_ (kInProgress while
-    // their subtree is mapped). Allocated on first use only.
-    std::unique_ptr<PointerMap> identity_;
+    // Identity-preserving objects met so far, each with the index of its output in
+    // identity_outputs_. Made on first use only.
+    std::optional<IdentitySeen> identity_;
     RefVector identity_outputs_;  // owned
     // MapByReading's stacks: the mapped children of the nodes being read (owned, popped by
     // Finish) and the sorted keys of the dicts among them (owned).
