@@ -8,7 +8,8 @@ optax, flax (nnx), equinox and chex.
 
 * optax, chex: the tests their wheels ship (``site-packages/optax/**/*_test.py``, likewise
   chex), run from an empty directory with an empty pytest config (so this repository's settings
-  do not apply). chex's tests also need cloudpickle and dm-tree (chex's ``test`` extra).
+  do not apply). chex's tests also need cloudpickle and dm-tree (chex's ``test`` extra);
+  flax's module_test.py needs cloudpickle. The script warns of any of these missing.
 * flax: ``tests/nnx`` of the sdist of the installed flax version, fetched with
   ``pip download --no-binary :all: --no-deps flax==<version>`` into a temporary directory and
   run from the sdist's root under flax's own pytest settings.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -49,6 +51,26 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("plain", "installed")
+
+# Modules a project's own tests import that neither the project nor fastree's `test` extra
+# brings. Without one, the files importing it fail to collect in both modes alike, and
+# "differences: 0" would not show that they never ran (flax's module_test.py: 86 tests).
+TEST_ONLY_IMPORTS = {
+    "chex": ("cloudpickle", "tree"),
+    "flax": ("cloudpickle",),
+    "equinox": ("beartype", "optax"),
+}
+# Where the module name is not the name pip installs.
+PIP_NAMES = {"tree": "dm-tree"}
+
+
+def missing_test_imports(name: str) -> list[str]:
+    """What `name`'s tests import that this environment lacks (pip's names)."""
+    return [
+        PIP_NAMES.get(module, module)
+        for module in TEST_ONLY_IMPORTS.get(name, ())
+        if importlib.util.find_spec(module) is None
+    ]
 
 
 @dataclass
@@ -406,6 +428,13 @@ def main() -> int:
             print(f"\n== {name}: SKIPPED, {reason}", flush=True)
             skipped.append(name)
             continue
+        missing = missing_test_imports(name)
+        if missing:
+            print(
+                f"\n== {name}: WARNING, its tests import {', '.join(missing)}, not installed here "
+                f"(pip install {' '.join(missing)}): the files that import them will not collect",
+                flush=True,
+            )
         results, times = {}, {}
         for mode in modes:
             report = workdir / f"{name}-{mode}.xml"
