@@ -243,10 +243,21 @@ inline bool GatherItems(PyObject* dict, Items& items, bool* sorted) {
     return true;
 }
 
+// Owned pairs whose keys did not sort in C (`sorted` false) sorted as JAX does
+// (SortItemsByPython: `wrap_error`, `read_again`; it runs Python code, hence owned pairs). On
+// failure `items` is left empty.
+inline bool SortGatheredItems(PyObject* dict, Items& items, bool sorted, bool wrap_error,
+                              bool read_again) {
+    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
+        ReleaseItems(items, 0);
+        return false;
+    }
+    return true;
+}
+
 // Takes a reference to every pair GatherItems left borrowed (none on a free-threaded build:
-// they are owned already), then, where the keys did not sort in C (`sorted` false), sorts them
-// as JAX does (SortItemsByPython: `wrap_error`, `read_again`); the pairs are owned first, since
-// that sort runs Python code. On failure `items` is left empty.
+// they are owned already), then sorts them (SortGatheredItems). On failure `items` is left
+// empty.
 inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wrap_error,
                              bool read_again) {
     if constexpr (!kGatheredOwned) {
@@ -255,11 +266,7 @@ inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wra
             Py_INCREF(item.value);
         }
     }
-    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
-        ReleaseItems(items, 0);
-        return false;
-    }
-    return true;
+    return SortGatheredItems(dict, items, sorted, wrap_error, read_again);
 }
 
 // Owned pairs, sorted as JAX sorts a dict's keys. `wrap_error`, `read_again`: see
@@ -267,12 +274,8 @@ inline bool OwnGatheredItems(PyObject* dict, Items& items, bool sorted, bool wra
 inline bool GatherDictItems(PyObject* dict, Items& items, bool wrap_error = true,
                             bool read_again = true) {
     bool sorted;
-    if (!GatherItems</*kOwned=*/true>(dict, items, &sorted)) return false;
-    if (!sorted && !SortItemsByPython(dict, items, wrap_error, read_again)) {
-        ReleaseItems(items, 0);
-        return false;
-    }
-    return true;
+    return GatherItems</*kOwned=*/true>(dict, items, &sorted) &&
+           SortGatheredItems(dict, items, sorted, wrap_error, read_again);
 }
 
 // An OrderedDict's items in its own iteration order (it can differ from the underlying dict's):

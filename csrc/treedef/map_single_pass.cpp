@@ -36,7 +36,6 @@
 //    registration is read as registered.
 //  - Identity-preserving nodes: each object is mapped once, at its first occurrence, and every
 //    later occurrence gets that output, as the treedef's shared references do on the general path.
-#include <memory>
 #include <optional>
 #include <vector>
 
