@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib
+import importlib.util
 import inspect
 import itertools
 import re
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import weakref
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import fastree
@@ -179,6 +181,25 @@ def skip_unless_flax_serves(*walks: str) -> None:
     if unserved:
         pytest.skip(f"this flax's {', '.join(unserved)} is flax's own: "
                     f"{status[unserved[0]]}", allow_module_level=True)
+
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+@contextlib.contextmanager
+def script_module(name: str, *siblings: str):
+    """scripts/<name>.py imported as the module `name`, registered in sys.modules while in use
+    (its dataclasses look their module up there), then forgotten with the `siblings` it imports
+    (other scripts, which register themselves)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        for loaded in (name, *siblings):
+            sys.modules.pop(loaded, None)
 
 
 def run_json_program(program: str, installed: bool, *args: str) -> Any:

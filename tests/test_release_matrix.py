@@ -7,7 +7,6 @@ and installed where flax is importable.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,17 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import script_module
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "release_matrix.py"
 
 
 @pytest.fixture(scope="module")
 def matrix():
-    spec = importlib.util.spec_from_file_location("release_matrix", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with script_module("release_matrix") as module:
+        yield module
 
 
 def test_every_library_has_its_programs(matrix):

@@ -11,27 +11,16 @@ a two-line program in tree mode runs both ways, identical, with fastree's view r
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_flax_programs.py"
+from helpers import script_module
 
 
 @pytest.fixture(scope="module")
 def rfp():
-    spec = importlib.util.spec_from_file_location("run_flax_programs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_flax_programs"] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with script_module("run_flax_programs", "run_third_party_suites") as module:
         yield module
-    finally:
-        sys.modules.pop("run_flax_programs", None)
-        sys.modules.pop("run_third_party_suites", None)
 
 
 # -- masks -----------------------------------------------------------------------------------

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_third_party_suites.py"
+from helpers import script_module
 
 
 @pytest.fixture(scope="module")
 def suites():
-    spec = importlib.util.spec_from_file_location("run_third_party_suites", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_third_party_suites"] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with script_module("run_third_party_suites") as module:
         yield module
-    finally:
-        sys.modules.pop("run_third_party_suites", None)
 
 
 def test_a_missing_test_import_is_named_by_what_pip_installs(suites, monkeypatch):
